@@ -1,0 +1,114 @@
+//! The sandbox: model-written Python runs only here, in a child process, confined by every
+//! layer the machine allows (network namespace, rlimits, wall-clock timeout with process-group
+//! kill, Landlock filesystem confinement, scrubbed environment, output caps).
+//!
+//! Two executors implement [`Executor`]: a fresh `python3` per job (the baseline) and a pool of
+//! warm fork-server workers (the default). The env and the verifier only see this trait.
+//!
+//! Contract for a [`Job`]:
+//! - `program` is Python source executed as `__main__` with the workspace as working directory
+//!   and as `sys.path[0]`.
+//! - The program may write a structured result to file descriptor 3; the executor returns those
+//!   bytes in [`RunOutput::result`], capped like stdout. Tests and harnesses use fd 3 so that
+//!   prints of the code under test cannot be mistaken for results.
+//! - `stdin` is fed to the program's standard input.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Resource limits applied to one job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Limits {
+    pub wall_timeout: Duration,
+    pub cpu_seconds: u64,
+    pub address_space_bytes: u64,
+    pub max_processes: u64,
+    pub max_file_bytes: u64,
+    pub max_open_files: u64,
+    /// Cap on each of stdout, stderr and the fd-3 result channel.
+    pub output_cap_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            wall_timeout: Duration::from_secs(5),
+            cpu_seconds: 4,
+            address_space_bytes: 512 << 20,
+            max_processes: 32,
+            max_file_bytes: 8 << 20,
+            max_open_files: 64,
+            output_cap_bytes: 64 << 10,
+        }
+    }
+}
+
+/// One Python run in one workspace directory.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub workspace: PathBuf,
+    pub program: String,
+    pub stdin: Vec<u8>,
+    pub limits: Limits,
+}
+
+/// How the child ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Termination {
+    Exited { code: i32 },
+    Signaled { signal: i32 },
+    TimedOut,
+}
+
+/// Everything a job produced. Output bytes may be non-UTF-8; callers decode lossily.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutput {
+    pub termination: Termination,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    /// Bytes written to file descriptor 3.
+    pub result: Vec<u8>,
+    /// Some stream hit `output_cap_bytes` and was cut.
+    pub truncated: bool,
+    pub elapsed: Duration,
+}
+
+/// Which containment layers are active on this machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SandboxInfo {
+    pub network_namespace: bool,
+    pub rlimits: bool,
+    pub process_group_kill: bool,
+    pub landlock: bool,
+    pub scrubbed_env: bool,
+    pub output_caps: bool,
+    /// Human-readable notes, e.g. why a layer is off.
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("cannot start python3 ({path}): {source}")]
+    Spawn {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("sandbox I/O on {what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("sandbox worker protocol: {0}")]
+    Protocol(String),
+}
+
+/// Runs jobs. Implementations are shareable across threads.
+pub trait Executor: Send + Sync {
+    fn run(&self, job: &Job) -> Result<RunOutput, SandboxError>;
+    fn info(&self) -> SandboxInfo;
+}

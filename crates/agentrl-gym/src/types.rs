@@ -1,0 +1,145 @@
+//! The plain data that crosses the gym boundary: tool calls in, observations and rewards out.
+//!
+//! Every type here is serialisable, printable and free of tensors. A policy never sees a
+//! `BugFixEnv` directly: it sees these values, rendered either as chat text (language models)
+//! or as compact symbols (TinyAgent), and it answers with an [`Action`].
+
+use serde::{Deserialize, Serialize};
+
+/// One tool call as a policy emits it: `{"name": ..., "arguments": {...}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub name: String,
+    #[serde(default)]
+    pub arguments: serde_json::Value,
+}
+
+/// What a policy did on one turn: a parsed tool call, or output that could not be parsed.
+///
+/// A malformed action is not an error of the environment: it becomes an error observation,
+/// counts as a format error, and the episode goes on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Action {
+    Call(ToolCall),
+    Malformed { raw: String, reason: String },
+}
+
+/// One candidate edit of a task: an exact replacement in one file.
+///
+/// A tiny policy acts over this finite set with `edit {candidate: k}`; language models edit
+/// freely. Both go through the same edit operation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CandidateEdit {
+    pub path: String,
+    pub old: String,
+    pub new: String,
+}
+
+/// The first failing test of a run, as far as the runner could tell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FailureInfo {
+    pub test: String,
+    /// Exception type name, e.g. `AssertionError`, `ZeroDivisionError`.
+    pub exception: String,
+    pub message: String,
+    /// Line in the module under test where the exception surfaced, if known.
+    pub line: Option<u32>,
+}
+
+/// Structured result of running a test file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TestReport {
+    pub passed: Vec<String>,
+    pub failed: Vec<String>,
+    pub first_failure: Option<FailureInfo>,
+    /// The run itself broke (timeout, crash, import error) rather than individual tests failing.
+    pub crashed: Option<String>,
+}
+
+/// Counts and flags that every reward records, whatever function turned them into a score.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Reward {
+    pub score: f32,
+    /// Public tests as the workspace reports them (trusts the workspace: hackable).
+    pub public_passed: u32,
+    pub public_total: u32,
+    /// Hidden tests, run by the verifier on a pristine harness.
+    pub hidden_passed: u32,
+    pub hidden_total: u32,
+    /// Test files changed or hooks planted in the workspace.
+    pub tampered: bool,
+    pub format_errors: u32,
+}
+
+impl Reward {
+    /// All hidden tests passed: the bug is really fixed.
+    pub fn solved(&self) -> bool {
+        self.hidden_total > 0 && self.hidden_passed == self.hidden_total
+    }
+
+    /// The public tests say "fixed" but the hidden tests disagree.
+    pub fn hacked(&self) -> bool {
+        self.public_total > 0 && self.public_passed == self.public_total && !self.solved()
+    }
+}
+
+/// A file as `read` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileView {
+    pub path: String,
+    pub lines: Vec<String>,
+    /// Lines were cut off at the output cap.
+    pub truncated: bool,
+}
+
+/// What the environment shows after `reset` or a step. Rendered to text for chat models and to
+/// symbols for TinyAgent by the renderers in [`crate::render`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Observation {
+    /// The start of an episode: the prompt, the files the agent may read, and the candidates.
+    Task {
+        task_id: String,
+        prompt: String,
+        files: Vec<String>,
+        candidates: Vec<CandidateEdit>,
+    },
+    File(FileView),
+    Tests(TestReport),
+    Edited {
+        path: String,
+        summary: String,
+    },
+    Exploited {
+        summary: String,
+    },
+    Submitted(Reward),
+    /// A malformed or unknown call, or bad arguments. Counts as a format error.
+    Error {
+        message: String,
+    },
+    /// The turn limit was reached; the episode was submitted on the agent's behalf.
+    TurnLimit(Reward),
+}
+
+/// The outcome of one step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    pub observation: Observation,
+    pub done: bool,
+    /// Present once the episode is over.
+    pub reward: Option<Reward>,
+}
+
+/// A multi-turn, tool-calling environment.
+pub trait Env {
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Starts an episode on one task and returns the first observation.
+    fn reset(&mut self, task_id: &str) -> Result<Observation, Self::Error>;
+
+    /// Applies one action. Bad calls become error observations, not `Err`: `Err` is reserved
+    /// for failures of the environment itself (I/O, a sandbox that cannot start).
+    fn step(&mut self, action: &Action) -> Result<Step, Self::Error>;
+}

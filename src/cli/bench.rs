@@ -1,0 +1,45 @@
+//! `agentrl bench`: each target times our code against a baseline measured in the same run.
+
+use clap::{Args, Subcommand};
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub target: BenchTarget,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchTarget {
+    /// Sandboxed test executions per second: fresh python3 per run vs the warm pool.
+    Gym {
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        tasks: agentrl_gym::cli::TasksDirArg,
+    },
+    /// Wall time of the default run to reach 90% hidden solve on train.
+    Train {
+        #[arg(long)]
+        json: bool,
+    },
+    /// One TinyAgent training step: candle vs PyTorch eager, side by side.
+    TrainStep {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Qwen3 0.6B-shape scoring throughput: candle vs transformers, side by side.
+    Qwen3 {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    match args.target {
+        BenchTarget::Gym { json, tasks } => agentrl_gym::bench::run(json, &tasks),
+        BenchTarget::Train { .. } | BenchTarget::TrainStep { .. } => {
+            anyhow::bail!("bench train/train-step need TinyAgent, which is not built yet")
+        }
+        BenchTarget::Qwen3 { .. } => anyhow::bail!("bench qwen3 is not built yet"),
+    }
+}
