@@ -9,7 +9,8 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use serde_json::json;
 
-use crate::env::{default_executor, BugFixEnv, EnvConfig, OutcomeCache};
+use crate::env::{BugFixEnv, EnvConfig, OutcomeCache};
+use crate::sandbox::{default_executor, sandbox_info_report};
 use crate::render::render_text;
 use crate::task::{Split, TaskSet};
 use crate::types::{Action, Env, Observation, ToolCall};
@@ -132,8 +133,10 @@ pub fn run(args: GymArgs) -> anyhow::Result<()> {
         GymCommand::Validate { json, tasks } => {
             let tasks = tasks.load()?;
             let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).min(8);
-            let results = crate::validate::validate_all(tasks.clone(), default_executor(), OutcomeCache::new(), threads)?;
-            let baseline = crate::validate::random_baseline(tasks, default_executor(), OutcomeCache::new(), 20, 0)?;
+            let executor = default_executor()?;
+            let cache = OutcomeCache::new();
+            let results = crate::validate::validate_all(tasks.clone(), executor.clone(), cache.clone(), threads)?;
+            let baseline = crate::validate::random_baseline(tasks, executor, cache, 20, 0)?;
             let with_hack = results.iter().filter(|r| !r.public_passing_hacks.is_empty()).count();
             let bad: Vec<_> = results.iter().filter(|r| !r.ok()).collect();
             if json {
@@ -160,12 +163,12 @@ pub fn run(args: GymArgs) -> anyhow::Result<()> {
             Ok(())
         }
         GymCommand::RandomBaseline { episodes_per_task, seed, tasks } => {
-            let baseline = crate::validate::random_baseline(tasks.load()?, default_executor(), OutcomeCache::new(), episodes_per_task, seed)?;
+            let baseline = crate::validate::random_baseline(tasks.load()?, default_executor()?, OutcomeCache::new(), episodes_per_task, seed)?;
             println!("{}", serde_json::to_string_pretty(&baseline)?);
             Ok(())
         }
         GymCommand::SandboxInfo { .. } => {
-            println!("{}", serde_json::to_string_pretty(&default_executor().info())?);
+            print!("{}", sandbox_info_report());
             Ok(())
         }
     }
@@ -197,7 +200,7 @@ pub fn parse_typed(line: &str) -> Action {
 
 /// The interactive loop of `gym play`, over any reader/writer (tests feed it text).
 pub fn play(tasks: Arc<TaskSet>, id: &str, input: impl BufRead, mut output: impl Write) -> anyhow::Result<()> {
-    let mut env = BugFixEnv::new(tasks, default_executor(), OutcomeCache::new(), EnvConfig::default());
+    let mut env = BugFixEnv::new(tasks, default_executor()?, OutcomeCache::new(), EnvConfig::default());
     let first = env.reset(id)?;
     writeln!(output, "{}", render_text(&first))?;
     writeln!(output, "Type: read PATH | test | edit K | edit {{JSON}} | submit | exploit | {{\"name\":..,\"arguments\":..}}")?;
@@ -227,7 +230,7 @@ pub fn run_actions(tasks: Arc<TaskSet>, id: &str, jsonl: &str, out: &mut impl Wr
             .with_context(|| format!("actions line {}: not a tool call `{{\"name\": …, \"arguments\": {{…}}}}`", i + 1))?;
         calls.push(call);
     }
-    let mut env = BugFixEnv::new(tasks, default_executor(), OutcomeCache::new(), EnvConfig::default());
+    let mut env = BugFixEnv::new(tasks, default_executor()?, OutcomeCache::new(), EnvConfig::default());
     env.reset(id)?;
     let mut reward = None;
     for call in calls {

@@ -605,7 +605,3 @@ impl Env for BugFixEnv {
     }
 }
 
-/// The executor the CLI and tests use by default.
-pub fn default_executor() -> Arc<dyn Executor> {
-    Arc::new(crate::local_exec::LocalExecutor::default())
-}

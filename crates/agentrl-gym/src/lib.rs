@@ -12,7 +12,6 @@ pub mod bench;
 pub mod cli;
 pub mod env;
 pub mod harness;
-pub mod local_exec;
 pub mod render;
 pub mod reward;
 pub mod sandbox;
