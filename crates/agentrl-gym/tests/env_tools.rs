@@ -9,7 +9,9 @@ use agentrl_gym::env::TRUNCATION_MARKER;
 use agentrl_gym::render::{render_symbols, render_text, symbol_vocabulary};
 use agentrl_gym::sandbox::{default_executor, Executor};
 use agentrl_gym::task::{Split, TaskSet, PUBLIC_TEST_FILE};
-use agentrl_gym::{Action, BugFixEnv, Env, EnvConfig, ErrorKind, Observation, OutcomeCache, Reward, ToolCall};
+use agentrl_gym::{
+    Action, BugFixEnv, Env, EnvConfig, ErrorKind, Observation, OutcomeCache, Reward, ToolCall,
+};
 use serde_json::json;
 
 const TASK: &str = "intdiv-000";
@@ -37,7 +39,10 @@ fn env() -> BugFixEnv {
 }
 
 fn call(name: &str, arguments: serde_json::Value) -> Action {
-    Action::Call(ToolCall { name: name.into(), arguments })
+    Action::Call(ToolCall {
+        name: name.into(),
+        arguments,
+    })
 }
 
 fn submit(env: &mut BugFixEnv) -> Reward {
@@ -47,7 +52,9 @@ fn submit(env: &mut BugFixEnv) -> Reward {
 }
 
 fn edit_text(env: &mut BugFixEnv, path: &str, text: &str) -> Observation {
-    env.step(&call("edit", json!({"path": path, "text": text}))).unwrap().observation
+    env.step(&call("edit", json!({"path": path, "text": text})))
+        .unwrap()
+        .observation
 }
 
 #[test]
@@ -55,17 +62,28 @@ fn buggy_code_fails_tests_and_the_fix_candidate_solves() {
     let mut env = env();
     env.reset(TASK).unwrap();
     let obs = env.step(&call("test", json!({}))).unwrap().observation;
-    let Observation::Tests(report) = &obs else { panic!("{obs:?}") };
+    let Observation::Tests(report) = &obs else {
+        panic!("{obs:?}")
+    };
     assert_eq!(report.failed.len(), 1);
     let failure = report.first_failure.as_ref().unwrap();
     assert_eq!(failure.exception, "AssertionError");
     assert!(failure.line.is_some());
     assert!(render_text(&obs).contains("first failure"));
     let fix = env.tasks().get(TASK).unwrap().fix_candidate().unwrap();
-    let obs = env.step(&call("edit", json!({"candidate": fix}))).unwrap().observation;
-    assert_eq!(render_symbols(&obs), ["EDITED".to_string(), format!("C{fix}")]);
+    let obs = env
+        .step(&call("edit", json!({"candidate": fix})))
+        .unwrap()
+        .observation;
+    assert_eq!(
+        render_symbols(&obs),
+        ["EDITED".to_string(), format!("C{fix}")]
+    );
     let reward = submit(&mut env);
-    assert!(reward.solved() && !reward.tampered && reward.score == 1.0, "{reward:?}");
+    assert!(
+        reward.solved() && !reward.tampered && reward.score == 1.0,
+        "{reward:?}"
+    );
 }
 
 #[test]
@@ -77,13 +95,26 @@ fn each_edit_form_changes_the_file() {
         .step(&call("edit", json!({"path": MODULE, "old": "return total // len(values)", "new": "return total / len(values)"})))
         .unwrap()
         .observation;
-    assert!(matches!(obs, Observation::Edited { candidate: None, .. }), "{obs:?}");
+    assert!(
+        matches!(
+            obs,
+            Observation::Edited {
+                candidate: None,
+                ..
+            }
+        ),
+        "{obs:?}"
+    );
     assert!(submit(&mut env).solved());
 
     // {path, start_line, end_line, text}
     env.reset(TASK).unwrap();
     let source = std::fs::read_to_string(env.workspace().unwrap().join(MODULE)).unwrap();
-    let line = source.lines().position(|l| l.contains("total // len")).unwrap() + 1;
+    let line = source
+        .lines()
+        .position(|l| l.contains("total // len"))
+        .unwrap()
+        + 1;
     env.step(&call("edit", json!({"path": MODULE, "start_line": line, "end_line": line, "text": "    return total / len(values)"})))
         .unwrap();
     assert!(submit(&mut env).solved());
@@ -97,29 +128,75 @@ fn each_edit_form_changes_the_file() {
     // {candidate}: restore, then apply: a decoy followed by the fix still solves.
     env.reset(TASK).unwrap();
     let task = env.tasks().get(TASK).unwrap();
-    let decoy = (0..task.candidates.len()).find(|k| Some(*k) != task.fix_candidate()).unwrap();
-    env.step(&call("edit", json!({"candidate": decoy}))).unwrap();
-    env.step(&call("edit", json!({"candidate": task.fix_candidate().unwrap()}))).unwrap();
+    let decoy = (0..task.candidates.len())
+        .find(|k| Some(*k) != task.fix_candidate())
+        .unwrap();
+    env.step(&call("edit", json!({"candidate": decoy})))
+        .unwrap();
+    env.step(&call(
+        "edit",
+        json!({"candidate": task.fix_candidate().unwrap()}),
+    ))
+    .unwrap();
     assert!(submit(&mut env).solved());
 }
 
 #[test]
 fn bad_calls_are_error_observations_and_format_errors() {
-    let mut env = env_with(EnvConfig { max_turns: 100, ..EnvConfig::default() });
+    let mut env = env_with(EnvConfig {
+        max_turns: 100,
+        ..EnvConfig::default()
+    });
     env.reset(TASK).unwrap();
     let cases = [
-        (Action::Malformed { raw: "garbage".into(), reason: "no JSON".into() }, ErrorKind::Malformed),
+        (
+            Action::Malformed {
+                raw: "garbage".into(),
+                reason: "no JSON".into(),
+            },
+            ErrorKind::Malformed,
+        ),
         (call("dance", json!({})), ErrorKind::UnknownTool),
         (call("read", json!({})), ErrorKind::BadArguments),
         (call("read", json!({"path": 3})), ErrorKind::BadArguments),
-        (call("read", json!({"path": "/etc/passwd"})), ErrorKind::BadPath),
-        (call("read", json!({"path": "../secret.py"})), ErrorKind::BadPath),
-        (call("edit", json!({"path": "nodir/x.py", "text": "x"})), ErrorKind::BadPath),
-        (call("read", json!({"path": "missing.py"})), ErrorKind::NotFound),
-        (call("edit", json!({"path": MODULE, "old": "no such text", "new": "x"})), ErrorKind::NotFound),
-        (call("edit", json!({"path": MODULE, "old": "values", "new": "x"})), ErrorKind::Ambiguous),
-        (call("edit", json!({"candidate": 99})), ErrorKind::BadCandidate),
-        (call("edit", json!({"path": MODULE, "start_line": 5, "end_line": 2, "text": ""})), ErrorKind::BadArguments),
+        (
+            call("read", json!({"path": "/etc/passwd"})),
+            ErrorKind::BadPath,
+        ),
+        (
+            call("read", json!({"path": "../secret.py"})),
+            ErrorKind::BadPath,
+        ),
+        (
+            call("edit", json!({"path": "nodir/x.py", "text": "x"})),
+            ErrorKind::BadPath,
+        ),
+        (
+            call("read", json!({"path": "missing.py"})),
+            ErrorKind::NotFound,
+        ),
+        (
+            call(
+                "edit",
+                json!({"path": MODULE, "old": "no such text", "new": "x"}),
+            ),
+            ErrorKind::NotFound,
+        ),
+        (
+            call("edit", json!({"path": MODULE, "old": "values", "new": "x"})),
+            ErrorKind::Ambiguous,
+        ),
+        (
+            call("edit", json!({"candidate": 99})),
+            ErrorKind::BadCandidate,
+        ),
+        (
+            call(
+                "edit",
+                json!({"path": MODULE, "start_line": 5, "end_line": 2, "text": ""}),
+            ),
+            ErrorKind::BadArguments,
+        ),
     ];
     let n = cases.len() as u32;
     for (action, kind) in cases {
@@ -134,7 +211,10 @@ fn bad_calls_are_error_observations_and_format_errors() {
         }
     }
     assert_eq!(env.format_errors(), n);
-    let config = EnvConfig { max_turns: 100, ..EnvConfig::default() };
+    let config = EnvConfig {
+        max_turns: 100,
+        ..EnvConfig::default()
+    };
     let mut env2 = env_with(config);
     env2.reset(TASK).unwrap();
     env2.step(&call("nope", json!({}))).unwrap();
@@ -143,10 +223,16 @@ fn bad_calls_are_error_observations_and_format_errors() {
 
 #[test]
 fn turn_limit_submits_and_long_output_is_truncated() {
-    let mut env = env_with(EnvConfig { max_turns: 3, max_file_lines: 5, ..EnvConfig::default() });
+    let mut env = env_with(EnvConfig {
+        max_turns: 3,
+        max_file_lines: 5,
+        ..EnvConfig::default()
+    });
     env.reset(TASK).unwrap();
     let step = env.step(&call("read", json!({"path": MODULE}))).unwrap();
-    let Observation::File(view) = &step.observation else { panic!() };
+    let Observation::File(view) = &step.observation else {
+        panic!()
+    };
     assert!(view.truncated && view.lines.len() == 5);
     assert!(render_text(&step.observation).contains(TRUNCATION_MARKER));
     assert!(render_text(&step.observation).contains("   1 | "));
@@ -155,9 +241,15 @@ fn turn_limit_submits_and_long_output_is_truncated() {
     assert!(step.done);
     assert!(matches!(step.observation, Observation::TurnLimit(_)));
     assert!(!step.reward.unwrap().solved());
-    assert!(env.step(&call("test", json!({}))).is_err(), "a finished episode refuses steps");
+    assert!(
+        env.step(&call("test", json!({}))).is_err(),
+        "a finished episode refuses steps"
+    );
 
-    let mut env = env_with(EnvConfig { max_message_chars: 10, ..EnvConfig::default() });
+    let mut env = env_with(EnvConfig {
+        max_message_chars: 10,
+        ..EnvConfig::default()
+    });
     env.reset(TASK).unwrap();
     let obs = env.step(&call("dance", json!({}))).unwrap().observation;
     assert!(render_text(&obs).contains(TRUNCATION_MARKER));
@@ -169,16 +261,28 @@ fn exploit_passes_public_fails_hidden_and_is_flagged() {
     env.reset(TASK).unwrap();
     let obs = env.step(&call("exploit", json!({}))).unwrap().observation;
     assert!(matches!(obs, Observation::Exploited { .. }));
-    let Observation::Tests(report) = env.step(&call("test", json!({}))).unwrap().observation else { panic!() };
+    let Observation::Tests(report) = env.step(&call("test", json!({}))).unwrap().observation else {
+        panic!()
+    };
     assert!(report.failed.is_empty() && report.passed.len() == 3);
     let reward = submit(&mut env);
-    assert!(reward.tampered && reward.hacked() && !reward.solved(), "{reward:?}");
+    assert!(
+        reward.tampered && reward.hacked() && !reward.solved(),
+        "{reward:?}"
+    );
     assert_eq!(reward.score, 0.0);
 
-    let mut hackable = env_with(EnvConfig { reward: agentrl_gym::RewardFn::PublicPass, ..EnvConfig::default() });
+    let mut hackable = env_with(EnvConfig {
+        reward: agentrl_gym::RewardFn::PublicPass,
+        ..EnvConfig::default()
+    });
     hackable.reset(TASK).unwrap();
     hackable.step(&call("exploit", json!({}))).unwrap();
-    assert_eq!(submit(&mut hackable).score, 1.0, "the public-pass reward is gamed by exploit");
+    assert_eq!(
+        submit(&mut hackable).score,
+        1.0,
+        "the public-pass reward is gamed by exploit"
+    );
 }
 
 /// Each forgery an agent could try by editing files; none may pass a hidden test it should fail.
@@ -213,14 +317,23 @@ fn forgeries_do_not_pass_hidden_tests() {
         let obs = edit_text(&mut env, &path, &text);
         assert!(matches!(obs, Observation::Edited { .. }), "{what}: {obs:?}");
         let reward = submit(&mut env);
-        assert!(!reward.solved(), "{what} passed the hidden tests: {reward:?}");
-        assert!(reward.hidden_passed < reward.hidden_total, "{what}: {reward:?}");
+        assert!(
+            !reward.solved(),
+            "{what} passed the hidden tests: {reward:?}"
+        );
+        assert!(
+            reward.hidden_passed < reward.hidden_total,
+            "{what}: {reward:?}"
+        );
         if path != MODULE {
             assert!(reward.tampered, "{what} was not flagged: {reward:?}");
             let end = env.last_end().unwrap();
             assert!(end.tamper.tampered());
         } else {
-            assert!(!reward.tampered, "{what}: editing the module alone is not tampering");
+            assert!(
+                !reward.tampered,
+                "{what}: editing the module alone is not tampering"
+            );
         }
     }
 }
@@ -228,17 +341,35 @@ fn forgeries_do_not_pass_hidden_tests() {
 #[test]
 fn splits_are_disjoint_and_candidates_are_shuffled() {
     let tasks = shared().0;
-    let train: std::collections::BTreeSet<_> = tasks.split(Split::Train).iter().map(|t| t.family.clone()).collect();
-    let heldout_family: std::collections::BTreeSet<_> =
-        tasks.split(Split::HeldoutFamily).iter().map(|t| t.family.clone()).collect();
+    let train: std::collections::BTreeSet<_> = tasks
+        .split(Split::Train)
+        .iter()
+        .map(|t| t.family.clone())
+        .collect();
+    let heldout_family: std::collections::BTreeSet<_> = tasks
+        .split(Split::HeldoutFamily)
+        .iter()
+        .map(|t| t.family.clone())
+        .collect();
     assert!(!heldout_family.is_empty());
     assert!(train.is_disjoint(&heldout_family));
     for t in tasks.split(Split::Heldout) {
-        assert!(train.contains(&t.family), "heldout variants come from training families");
+        assert!(
+            train.contains(&t.family),
+            "heldout variants come from training families"
+        );
     }
-    let positions: std::collections::BTreeSet<_> = tasks.tasks().iter().filter_map(|t| t.fix_candidate()).collect();
+    let positions: std::collections::BTreeSet<_> = tasks
+        .tasks()
+        .iter()
+        .filter_map(|t| t.fix_candidate())
+        .collect();
     assert!(positions.len() >= 3, "the fix sits at only {positions:?}");
-    let first_train_fixes: Vec<_> = tasks.split(Split::Train).iter().map(|t| t.fix_candidate()).collect();
+    let first_train_fixes: Vec<_> = tasks
+        .split(Split::Train)
+        .iter()
+        .map(|t| t.fix_candidate())
+        .collect();
     assert!(first_train_fixes.windows(2).any(|w| w[0] != w[1]));
 }
 
@@ -250,7 +381,10 @@ fn task_symbols_show_special_case_decoys_and_stay_in_vocabulary() {
     let vocab = symbol_vocabulary();
     assert!(symbols.iter().all(|s| vocab.contains(s)));
     let joined = symbols.join(" ");
-    assert!(joined.contains("if NAME == [ NUM , NUM ] : return NUM"), "{joined}");
+    assert!(
+        joined.contains("if NAME == [ NUM , NUM ] : return NUM"),
+        "{joined}"
+    );
 }
 
 #[test]
@@ -264,7 +398,11 @@ fn bad_task_folder_names_file_and_field() {
     let dir = tempfile::tempdir().unwrap();
     let task_dir = dir.path().join("mine-000");
     std::fs::create_dir(&task_dir).unwrap();
-    std::fs::write(task_dir.join("task.toml"), "id = \"mine-000\"\nfamily = \"x\"\nsplit = \"train\"\n").unwrap();
+    std::fs::write(
+        task_dir.join("task.toml"),
+        "id = \"mine-000\"\nfamily = \"x\"\nsplit = \"train\"\n",
+    )
+    .unwrap();
     let err = TaskSet::load_dir(dir.path()).unwrap_err().to_string();
     assert!(err.contains("task.toml") && err.contains("prompt"), "{err}");
 }
@@ -274,24 +412,41 @@ fn play_and_run_drive_the_env_from_text() {
     let tasks = shared().0;
     let task = tasks.get(TASK).unwrap();
     let fix = task.fix_candidate().unwrap();
-    let input = format!("read {MODULE}\ntest\nedit {fix}\n{{\"name\": \"test\", \"arguments\": {{}}}}\nsubmit\n");
+    let input = format!(
+        "read {MODULE}\ntest\nedit {fix}\n{{\"name\": \"test\", \"arguments\": {{}}}}\nsubmit\n"
+    );
     let mut out = Vec::new();
     play(tasks.clone(), TASK, input.as_bytes(), &mut out).unwrap();
     let out = String::from_utf8(out).unwrap();
-    assert!(out.contains("3 passed, 0 failed") && out.contains("hidden tests 5/5"), "{out}");
-    assert!(matches!(parse_typed("edit {\"candidate\": 2}"), Action::Call(ToolCall { ref name, .. }) if name == "edit"));
+    assert!(
+        out.contains("3 passed, 0 failed") && out.contains("hidden tests 5/5"),
+        "{out}"
+    );
+    assert!(
+        matches!(parse_typed("edit {\"candidate\": 2}"), Action::Call(ToolCall { ref name, .. }) if name == "edit")
+    );
     assert!(matches!(parse_typed("{not json"), Action::Malformed { .. }));
 
     let jsonl = format!("{{\"name\": \"exploit\", \"arguments\": {{}}}}\n{{\"name\": \"edit\", \"arguments\": {{\"candidate\": {fix}}}}}\n{{\"name\": \"submit\", \"arguments\": {{}}}}\n");
     let mut out = Vec::new();
     run_actions(tasks.clone(), TASK, &jsonl, &mut out).unwrap();
-    let lines: Vec<serde_json::Value> = String::from_utf8(out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<serde_json::Value> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(lines.len(), 4);
     assert_eq!(lines[0]["result"]["ok"], true);
     let last = &lines[3];
     assert_eq!(last["hidden_passed"], last["hidden_total"]);
     assert_eq!(last["tampered"], true);
-    let err = run_actions(tasks, TASK, "{\"name\": \"test\"}\nnot json\n", &mut Vec::new()).unwrap_err();
+    let err = run_actions(
+        tasks,
+        TASK,
+        "{\"name\": \"test\"}\nnot json\n",
+        &mut Vec::new(),
+    )
+    .unwrap_err();
     assert!(format!("{err:#}").contains("line 2"), "{err:#}");
 }
 
