@@ -94,7 +94,22 @@ pub enum GymCommand {
     },
 }
 
+/// Runs a gym command. A closed stdout (`agentrl gym list | head`) ends it quietly.
 pub fn run(args: GymArgs) -> anyhow::Result<()> {
+    match run_command(args) {
+        Err(err)
+            if err
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+fn run_command(args: GymArgs) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
     match args.command {
         GymCommand::List { split, tasks } => {
             let tasks = tasks.load()?;
@@ -104,10 +119,11 @@ pub fn run(args: GymArgs) -> anyhow::Result<()> {
                 .iter()
                 .filter(|t| split.is_none_or(|s| t.split == s))
             {
-                println!(
+                writeln!(
+                    stdout,
                     "{:<20} {:<14} {:<15} {}",
                     task.id, task.family, task.split, task.prompt
-                );
+                )?;
             }
             Ok(())
         }
@@ -119,21 +135,22 @@ pub fn run(args: GymArgs) -> anyhow::Result<()> {
                     "prompt": task.prompt, "files": task.visible,
                     "candidates": task.candidate_edits(),
                 });
-                println!("{}", serde_json::to_string_pretty(&out)?);
+                writeln!(stdout, "{}", serde_json::to_string_pretty(&out)?)?;
             } else {
-                println!(
+                writeln!(
+                    stdout,
                     "id: {}\nfamily: {}\nsplit: {}\nprompt: {}\n",
                     task.id, task.family, task.split, task.prompt
-                );
+                )?;
                 for (name, content) in &task.visible {
-                    println!("--- {name}\n{content}");
+                    writeln!(stdout, "--- {name}\n{content}")?;
                 }
             }
             Ok(())
         }
         GymCommand::Play { id, tasks } => {
             let stdin = std::io::stdin();
-            play(tasks.load()?, &id, stdin.lock(), std::io::stdout())
+            play(tasks.load()?, &id, stdin.lock(), stdout)
         }
         GymCommand::Run {
             task,
@@ -142,7 +159,7 @@ pub fn run(args: GymArgs) -> anyhow::Result<()> {
         } => {
             let text = std::fs::read_to_string(&actions)
                 .with_context(|| format!("reading actions file {}", actions.display()))?;
-            run_actions(tasks.load()?, &task, &text, &mut std::io::stdout())
+            run_actions(tasks.load()?, &task, &text, &mut stdout)
         }
         GymCommand::Validate { json, tasks } => {
             let tasks = tasks.load()?;
@@ -164,12 +181,13 @@ pub fn run(args: GymArgs) -> anyhow::Result<()> {
                 .count();
             let bad: Vec<_> = results.iter().filter(|r| !r.ok()).collect();
             if json {
-                println!(
+                writeln!(
+                    stdout,
                     "{}",
                     serde_json::to_string_pretty(&json!({
                         "tasks": results, "with_public_passing_hack": with_hack, "random_baseline": baseline,
                     }))?
-                );
+                )?;
             } else {
                 for r in &results {
                     let status = if r.ok() {
@@ -177,16 +195,17 @@ pub fn run(args: GymArgs) -> anyhow::Result<()> {
                     } else {
                         format!("FAIL: {}", r.problems.join("; "))
                     };
-                    println!(
+                    writeln!(
+                        stdout,
                         "{:<20} {:<15} candidates {} solving {:?} public-only {:?}  {status}",
                         r.id, r.split, r.candidates, r.solving_candidates, r.public_passing_hacks
-                    );
+                    )?;
                 }
-                println!(
+                writeln!(stdout,
                     "{} tasks, {} valid; {} with a public-passing hack decoy; random candidate solve rate {:.3}, random tool-call solve rate {:.3} ({} episodes)",
                     results.len(), results.len() - bad.len(), with_hack,
                     baseline.random_candidate_solve_rate, baseline.random_tool_calls_solve_rate, baseline.episodes
-                );
+                )?;
             }
             if !bad.is_empty() {
                 bail!("{} task(s) failed validation", bad.len());
@@ -208,11 +227,11 @@ pub fn run(args: GymArgs) -> anyhow::Result<()> {
                 episodes_per_task,
                 seed,
             )?;
-            println!("{}", serde_json::to_string_pretty(&baseline)?);
+            writeln!(stdout, "{}", serde_json::to_string_pretty(&baseline)?)?;
             Ok(())
         }
         GymCommand::SandboxInfo { .. } => {
-            print!("{}", sandbox_info_report());
+            write!(stdout, "{}", sandbox_info_report())?;
             Ok(())
         }
     }
