@@ -417,14 +417,18 @@ impl Executor for PoolExecutor {
             .to_string();
         let worker = self.checkout();
         match self.run_on(worker, job, &workspace) {
-            // The worker died under the job (killed from outside, out of memory): one retry on a
-            // fresh worker. A job that timed out or failed inside the sandbox is never retried.
-            Err(RunFailure::WorkerDied(first)) => match self.run_on(None, job, &workspace) {
-                Ok(output) => Ok(output),
-                Err(RunFailure::WorkerDied(second) | RunFailure::Other(second)) => Err(
-                    SandboxError::Protocol(format!("{first}; retried on a fresh worker: {second}")),
-                ),
-            },
+            // The worker died under the job (killed from outside, out of memory): one retry on
+            // another (or a respawned) worker. A job that timed out or failed inside the sandbox is never retried.
+            Err(RunFailure::WorkerDied(first)) => {
+                match self.run_on(self.checkout(), job, &workspace) {
+                    Ok(output) => Ok(output),
+                    Err(RunFailure::WorkerDied(second) | RunFailure::Other(second)) => {
+                        Err(SandboxError::Protocol(format!(
+                            "{first}; retried on a fresh worker: {second}"
+                        )))
+                    }
+                }
+            }
             Err(RunFailure::Other(error)) => Err(error),
             Ok(output) => Ok(output),
         }
