@@ -65,11 +65,33 @@ os.write(3, json.dumps({"run": result.testsRun, "failures": len(result.failures)
                         "errors": len(result.errors)}).encode())
 "#;
 
+/// CPU seconds (user + system) used so far by this process and its reaped descendants.
+fn cpu_seconds() -> f64 {
+    let mut total = 0.0;
+    for who in [libc::RUSAGE_SELF, libc::RUSAGE_CHILDREN] {
+        // SAFETY: usage is a valid rusage to fill in.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        if unsafe { libc::getrusage(who, &mut usage) } == 0 {
+            for t in [usage.ru_utime, usage.ru_stime] {
+                total += t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+            }
+        }
+    }
+    total
+}
+
 #[derive(Debug, Serialize)]
 struct BenchReport {
     baseline_execs_per_s: f64,
     pool_execs_per_s: f64,
     ratio: f64,
+    /// CPU time per execution, everything included (our threads, python processes, kernel).
+    baseline_cpu_ms_per_exec: f64,
+    pool_cpu_ms_per_exec: f64,
+    /// What the CPU cost allows on `threads` otherwise idle cores: threads / cpu per exec.
+    /// On a shared, loaded machine the measured rates above fall short of this.
+    pool_execs_per_s_if_cores_idle: f64,
+    load_average_1m: Option<f64>,
     workers: usize,
     threads: usize,
     baseline_jobs: u64,
@@ -155,12 +177,32 @@ pub fn run(json: bool, tasks: &TasksDirArg) -> anyhow::Result<()> {
         .collect::<anyhow::Result<Vec<_>>>()?;
 
     let fresh = FreshExecutor::new().context("start the fresh executor")?;
+    let cpu_before = cpu_seconds();
     let (baseline, baseline_jobs) =
         measure(&fresh, &workspaces).context("baseline (fresh python3 per run)")?;
-    let pool = PoolExecutor::new(workers).context("start the worker pool")?;
-    // One warm-up job per worker, so start-up is not counted.
-    measure_warmup(&pool, &workspaces)?;
+    let baseline_cpu = cpu_seconds() - cpu_before;
+
+    // The pool's CPU is counted when its workers are reaped (at drop); start-up and warm-up
+    // are measured on their own and subtracted.
+    let cpu_before = cpu_seconds();
+    drop(warm_pool(workers, &workspaces)?);
+    let startup_cpu = cpu_seconds() - cpu_before;
+    let cpu_before = cpu_seconds();
+    let pool = warm_pool(workers, &workspaces)?;
     let (pooled, pool_jobs) = measure(&pool, &workspaces).context("warm pool")?;
+    drop(pool);
+    let pool_cpu = (cpu_seconds() - cpu_before - startup_cpu).max(0.0);
+    let per_exec_ms = |cpu: f64, jobs: u64| {
+        if jobs > 0 {
+            cpu * 1e3 / jobs as f64
+        } else {
+            f64::NAN
+        }
+    };
+    let pool_cpu_ms_per_exec = per_exec_ms(pool_cpu, pool_jobs);
+    let load_average_1m = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()));
 
     let report = BenchReport {
         baseline_execs_per_s: baseline,
@@ -170,6 +212,10 @@ pub fn run(json: bool, tasks: &TasksDirArg) -> anyhow::Result<()> {
         } else {
             f64::INFINITY
         },
+        baseline_cpu_ms_per_exec: per_exec_ms(baseline_cpu, baseline_jobs),
+        pool_cpu_ms_per_exec,
+        pool_execs_per_s_if_cores_idle: workers as f64 * 1e3 / pool_cpu_ms_per_exec,
+        load_average_1m,
         workers,
         threads: workers,
         baseline_jobs,
@@ -184,20 +230,36 @@ pub fn run(json: bool, tasks: &TasksDirArg) -> anyhow::Result<()> {
             "sandboxed test executions ({} threads, {:.1} s each)",
             workers, report.seconds_per_executor
         );
-        println!("{:<28}{:>10}{:>10}", "executor", "execs/s", "jobs");
         println!(
-            "{:<28}{:>10.1}{:>10}",
-            "fresh python3 per run", baseline, baseline_jobs
+            "{:<28}{:>10}{:>10}{:>14}",
+            "executor", "execs/s", "jobs", "cpu ms/exec"
         );
         println!(
-            "{:<28}{:>10.1}{:>10}",
+            "{:<28}{:>10.1}{:>10}{:>14.2}",
+            "fresh python3 per run", baseline, baseline_jobs, report.baseline_cpu_ms_per_exec
+        );
+        println!(
+            "{:<28}{:>10.1}{:>10}{:>14.2}",
             format!("warm pool ({workers} workers)"),
             pooled,
-            pool_jobs
+            pool_jobs,
+            report.pool_cpu_ms_per_exec
         );
         println!("ratio pool/fresh: {:.1}x", report.ratio);
+        println!(
+            "pool on {workers} idle cores (from its CPU cost): {:.0} execs/s; 1-min load average now: {}",
+            report.pool_execs_per_s_if_cores_idle,
+            load_average_1m.map(|l| format!("{l:.1}")).unwrap_or_else(|| "unknown".into())
+        );
     }
     Ok(())
+}
+
+/// A pool with one warm-up job done per worker, so start-up is not measured as throughput.
+fn warm_pool(workers: usize, workspaces: &[tempfile::TempDir]) -> anyhow::Result<PoolExecutor> {
+    let pool = PoolExecutor::new(workers).context("start the worker pool")?;
+    measure_warmup(&pool, workspaces)?;
+    Ok(pool)
 }
 
 fn measure_warmup(pool: &PoolExecutor, workspaces: &[tempfile::TempDir]) -> anyhow::Result<()> {
