@@ -383,6 +383,8 @@ impl HostSetup {
             landlock: self.landlock_abi > 0,
             scrubbed_env: true,
             output_caps: true,
+            privilege_drop: self.drop_uid,
+            pid_namespace: self.pid_namespace,
             notes,
         }
     }
