@@ -226,11 +226,76 @@ fn finite_difference_gradients_match_autograd() {
         vec![1.0, 0.0, 1.0, 1.0, 0.0],
     ];
     let (old_t, adv_t, mask_t) = (tensor(&old), tensor(&adv), tensor(&mask));
+    // old values shifted off the clip boundary (|V − V_old| = ε_v exactly is a kink)
+    let old_values = (&old_t + 0.13).unwrap();
     type LossFn<'a> = Box<dyn Fn(&Tensor) -> Tensor + 'a>;
     let mut fns: Vec<(String, LossFn)> = Vec::new();
+    // GSPO-token's value uses stop-gradients, so its gradient is not the derivative of its own
+    // value; with sequence-constant advantages it must equal the derivative of GSPO's value.
+    let seq_adv_t = tensor(&[vec![0.8f32; 5], vec![-1.1f32; 5], vec![-0.7f32; 5]]);
+    let mut gspo_pairs: Vec<(String, LossFn, LossFn)> = Vec::new();
     for loss in all_losses() {
         for agg in MODES {
             let (o, a, m) = (&old_t, &adv_t, &mask_t);
+            if matches!(loss, PolicyLoss::GspoToken { .. }) {
+                let sa = &seq_adv_t;
+                gspo_pairs.push((
+                    format!("{loss:?} {agg:?}"),
+                    Box::new(move |lp: &Tensor| {
+                        let x = PolicyLossInputs {
+                            log_probs: lp,
+                            old_log_probs: o,
+                            advantages: sa,
+                            mask: m,
+                            token_weights: None,
+                        };
+                        compute_policy_loss(&loss, &x, agg, &AggScale::default())
+                            .unwrap()
+                            .loss
+                    }),
+                    Box::new(move |lp: &Tensor| {
+                        let x = PolicyLossInputs {
+                            log_probs: lp,
+                            old_log_probs: o,
+                            advantages: sa,
+                            mask: m,
+                            token_weights: None,
+                        };
+                        gspo_loss(&x, 0.2, 0.28, agg, &AggScale::default())
+                            .unwrap()
+                            .loss
+                    }),
+                ));
+                continue;
+            }
+            if matches!(loss, PolicyLoss::Cispo { .. }) {
+                // CISPO's IS weight is detached: its gradient is the derivative of
+                // `−w₀·Â·log π` with the weight frozen at the evaluation point.
+                let w0 = token_ratio(&tensor(&logp), o)
+                    .unwrap()
+                    .clamp(0.0, 1.28)
+                    .unwrap();
+                gspo_pairs.push((
+                    format!("{loss:?} {agg:?}"),
+                    Box::new(move |lp: &Tensor| {
+                        let x = PolicyLossInputs {
+                            log_probs: lp,
+                            old_log_probs: o,
+                            advantages: a,
+                            mask: m,
+                            token_weights: None,
+                        };
+                        compute_policy_loss(&loss, &x, agg, &AggScale::default())
+                            .unwrap()
+                            .loss
+                    }),
+                    Box::new(move |lp: &Tensor| {
+                        let per_token = w0.mul(a).unwrap().mul(lp).unwrap().neg().unwrap();
+                        aggregate(&per_token, m, agg, &AggScale::default()).unwrap()
+                    }),
+                ));
+                continue;
+            }
             fns.push((
                 format!("{loss:?} {agg:?}"),
                 Box::new(move |lp: &Tensor| {
@@ -248,6 +313,24 @@ fn finite_difference_gradients_match_autograd() {
             ));
         }
     }
+    for (name, token_level, sequence_level) in &gspo_pairs {
+        let v = Var::from_tensor(&tensor(&logp)).unwrap();
+        let loss = token_level(v.as_tensor());
+        let auto = rows(loss.backward().unwrap().get(v.as_tensor()).unwrap());
+        let gap = (scalar(&loss) - scalar(&sequence_level(v.as_tensor()))).abs();
+        assert!(
+            gap < 1e-5,
+            "{name}: value differs from the reference form by {gap}"
+        );
+        let numeric = finite_difference(|t| f64::from(scalar(&sequence_level(t))), &logp, 1e-2);
+        for (a, n) in auto.iter().flatten().zip(numeric.iter().flatten()) {
+            let ok = (f64::from(*a) - n).abs() <= 2e-2 * (1.0 + n.abs());
+            assert!(
+                ok,
+                "{name}: autograd {a} vs finite-difference of the reference form {n}"
+            );
+        }
+    }
     for est in [KlEstimator::K1, KlEstimator::K2, KlEstimator::K3] {
         let (o, m) = (&old_t, &mask_t);
         fns.push((
@@ -260,7 +343,8 @@ fn finite_difference_gradients_match_autograd() {
         ));
     }
     {
-        let (o, a, m) = (&old_t, &adv_t, &mask_t);
+        let (a, m) = (&adv_t, &mask_t);
+        let o = &old_values;
         fns.push((
             "value loss".into(),
             Box::new(move |v: &Tensor| {
