@@ -12,8 +12,11 @@ fn tensor(rows: &[Vec<f32>]) -> Tensor {
     Tensor::from_vec(rows.concat(), (rows.len(), rows[0].len()), &Device::Cpu).unwrap()
 }
 
-/// A small batch: log-probs, old log-probs, advantages, 0/1 mask with at least one valid token.
-fn batch() -> impl Strategy<Value = (Vec<Vec<f32>>, Vec<Vec<f32>>, Vec<Vec<f32>>, Vec<Vec<f32>>)> {
+type Rows = Vec<Vec<f32>>;
+
+/// A small batch `(log_probs, old_log_probs, advantages, mask)`: 0/1 mask with at least one
+/// valid token.
+fn batch() -> impl Strategy<Value = (Rows, Rows, Rows, Rows)> {
     (1usize..5, 1usize..7).prop_flat_map(|(b, t)| {
         let m = prop::collection::vec(prop::collection::vec(-3.0f32..-0.01, t), b);
         let d = prop::collection::vec(prop::collection::vec(-1.0f32..1.0, t), b);
@@ -164,14 +167,14 @@ proptest! {
             let full_grad = rows(full.loss.backward().unwrap().get(full_var.as_tensor()).unwrap());
             // 4 micro-batches (contiguous, possibly uneven)
             let bounds: Vec<usize> = (0..=4).map(|k| k * b / 4).collect();
-            let masks: Vec<Tensor> = (0..4).map(|k| tensor(&m[bounds[k]..bounds[k + 1]].to_vec())).collect();
+            let masks: Vec<Tensor> = (0..4).map(|k| tensor(&m[bounds[k]..bounds[k + 1]])).collect();
             let scale = step_scale(&masks.iter().collect::<Vec<_>>(), None).unwrap();
             let mut sum = 0.0f32;
             let mut grads: Vec<Vec<f32>> = Vec::new();
             for k in 0..4 {
                 let r = bounds[k]..bounds[k + 1];
-                let v = Var::from_tensor(&tensor(&l[r.clone()].to_vec())).unwrap();
-                let (ot, at) = (tensor(&o[r.clone()].to_vec()), tensor(&a[r.clone()].to_vec()));
+                let v = Var::from_tensor(&tensor(&l[r.clone()])).unwrap();
+                let (ot, at) = (tensor(&o[r.clone()]), tensor(&a[r.clone()]));
                 let x = PolicyLossInputs { log_probs: v.as_tensor(), old_log_probs: &ot, advantages: &at, mask: &masks[k], token_weights: None };
                 let out = compute_policy_loss(&loss, &x, agg, &scale).unwrap();
                 sum += scalar(&out.loss);
