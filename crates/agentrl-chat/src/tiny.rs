@@ -34,7 +34,8 @@ pub const CALL_END: &str = "</call>";
 pub const UNK: &str = "<unk>";
 
 /// Special tokens, in id order (`<pad>` is id 0).
-pub const SPECIAL_TOKENS: [&str; 8] = [PAD, BOS, EOS, OBS_START, OBS_END, CALL_START, CALL_END, UNK];
+pub const SPECIAL_TOKENS: [&str; 8] =
+    [PAD, BOS, EOS, OBS_START, OBS_END, CALL_START, CALL_END, UNK];
 
 /// Tools TinyAgent can call.
 pub const TOOL_NAMES: [&str; 5] = ["read", "test", "edit", "submit", "exploit"];
@@ -203,7 +204,11 @@ pub const DEFAULT_MAX_ACTION_TOKENS: usize = 6;
 
 impl TinyCodec {
     /// A codec over the given symbol vocabulary and renderer.
-    pub fn new<S: AsRef<str>>(symbols: &[S], render: SymbolRenderer, max_action_tokens: usize) -> Self {
+    pub fn new<S: AsRef<str>>(
+        symbols: &[S],
+        render: SymbolRenderer,
+        max_action_tokens: usize,
+    ) -> Self {
         Self {
             vocab: TinyVocab::new(symbols),
             render,
@@ -291,9 +296,7 @@ impl TinyCodec {
             "edit" => match args {
                 [arg] => match arg.strip_prefix('C').and_then(|k| k.parse::<usize>().ok()) {
                     Some(k) => json!({ "candidate": k }),
-                    None => {
-                        return malformed(format!("edit takes a candidate C0..C7, got {arg}"))
-                    }
+                    None => return malformed(format!("edit takes a candidate C0..C7, got {arg}")),
                 },
                 [] => return malformed("edit needs a candidate argument C0..C7".to_string()),
                 _ => return malformed("edit takes exactly one argument".to_string()),
@@ -353,7 +356,8 @@ mod tests {
     }
 
     fn ids(c: &TinyCodec, text: &str) -> Vec<u32> {
-        c.vocab().encode(&text.split_whitespace().collect::<Vec<_>>())
+        c.vocab()
+            .encode(&text.split_whitespace().collect::<Vec<_>>())
     }
 
     #[test]
@@ -372,7 +376,10 @@ mod tests {
     fn renders_observations_and_prompt() {
         let c = codec();
         let prompt = c.prompt_ids(&task());
-        assert_eq!(c.vocab().decode(&prompt), "<bos> <obs> C0 NUM C1 NUM C2 NUM C3 NUM </obs>");
+        assert_eq!(
+            c.vocab().decode(&prompt),
+            "<bos> <obs> C0 NUM C1 NUM C2 NUM C3 NUM </obs>"
+        );
         let obs = c.observation_ids(&Observation::Exploited {
             summary: "x".into(),
         });
@@ -388,8 +395,14 @@ mod tests {
             Action::Call(call) => call,
             other => panic!("{text}: {other:?}"),
         };
-        assert_eq!(call("<call> edit C3 </call>").arguments, json!({"candidate": 3}));
-        assert_eq!(call("<call> read </call>").arguments, json!({"path": "mod.py"}));
+        assert_eq!(
+            call("<call> edit C3 </call>").arguments,
+            json!({"candidate": 3})
+        );
+        assert_eq!(
+            call("<call> read </call>").arguments,
+            json!({"path": "mod.py"})
+        );
         for tool in ["test", "submit", "exploit"] {
             let parsed = call(&format!("<call> {tool} </call>"));
             assert_eq!(parsed.name, tool);
