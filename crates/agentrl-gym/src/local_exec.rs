@@ -100,8 +100,10 @@ impl Executor for LocalExecutor {
         let cap = job.limits.output_cap_bytes;
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
-        let out_thread = std::thread::spawn(move || stdout.map(|s| read_capped(s, cap)).unwrap_or_default());
-        let err_thread = std::thread::spawn(move || stderr.map(|s| read_capped(s, cap)).unwrap_or_default());
+        let out_thread =
+            std::thread::spawn(move || stdout.map(|s| read_capped(s, cap)).unwrap_or_default());
+        let err_thread =
+            std::thread::spawn(move || stderr.map(|s| read_capped(s, cap)).unwrap_or_default());
         let res_thread = std::thread::spawn(move || read_capped(result_pipe, cap));
         if let Some(mut stdin) = child.stdin.take() {
             // A program that exits without reading stdin closes the pipe: not an error.

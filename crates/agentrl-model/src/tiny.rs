@@ -30,7 +30,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::policy::{Policy, PolicyOutput};
 
-/// TinyAgent's shape. Defaults are sized for a 2-core CPU: about 110k parameters.
+/// TinyAgent's shape. Defaults are sized for a 2-core CPU (about 160k parameters) and use the
+/// BugFix gym's tiny vocabulary.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TinyConfig {
@@ -49,7 +50,8 @@ pub struct TinyConfig {
 impl Default for TinyConfig {
     fn default() -> Self {
         Self {
-            vocab_size: 320,
+            // The BugFix gym's tiny vocabulary (specials, tools, candidates, gym symbols).
+            vocab_size: agentrl_chat::tiny::TinyCodec::for_gym().vocab().len(),
             d_model: 64,
             n_layers: 2,
             n_heads: 4,
