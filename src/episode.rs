@@ -614,6 +614,13 @@ pub(crate) mod tests {
                         _ => assert_eq!(ep.logprobs[p], 0.0),
                     }
                 }
+                if *src == TokenSource::Action {
+                    let last = ep.tokens[*idx.last().unwrap()];
+                    assert!(
+                        codec.is_stop(last) || idx.len() == 6,
+                        "an action ends with a stop token or at the action cap"
+                    );
+                }
                 if *src == TokenSource::Observation {
                     assert_eq!(ep.tokens[idx[0]], v.obs_start_id());
                     assert_eq!(ep.tokens[*idx.last().unwrap()], v.obs_end_id());
