@@ -9,6 +9,8 @@
 //!
 //! Both sides report the median of `steps` timed steps after `warmup` untimed ones, so the
 //! figure is the steady-state cost, not allocation warm-up or the first-call overheads.
+//! candle runs on rayon's thread count (`RAYON_NUM_THREADS`, default: all cores); PyTorch is
+//! timed at 2 threads (the reference) and at 1 thread (for context).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -183,6 +185,7 @@ fn median(times: &mut [f64]) -> f64 {
 #[derive(Debug, Deserialize)]
 struct TorchReport {
     torch_ms: f64,
+    torch_1thread_ms: f64,
     torch_version: String,
     threads: usize,
 }
@@ -219,7 +222,10 @@ pub struct TrainStepReport {
     pub candle_ms: f64,
     /// The candle step split into phases (medians; they need not sum exactly to `candle_ms`).
     pub candle_phases: CandleTiming,
+    /// PyTorch at 2 threads (the reference figure).
     pub torch_ms: Option<f64>,
+    /// PyTorch at 1 thread, for context on a busy machine.
+    pub torch_1thread_ms: Option<f64>,
     /// torch_ms / candle_ms (> 1: candle is faster).
     pub ratio: Option<f64>,
     pub torch_version: Option<String>,
@@ -236,14 +242,15 @@ pub fn run(json: bool) -> anyhow::Result<()> {
     let candle = time_candle(&shapes)?;
     let candle_ms = candle.step_ms;
     let torch = time_torch(&shapes);
-    let (torch_ms, torch_version, torch_threads, torch_error) = match torch {
+    let (torch_ms, torch_1thread_ms, torch_version, torch_threads, torch_error) = match torch {
         Ok(r) => (
             Some(r.torch_ms),
+            Some(r.torch_1thread_ms),
             Some(r.torch_version),
             Some(r.threads),
             None,
         ),
-        Err(err) => (None, None, None, Some(format!("{err:#}"))),
+        Err(err) => (None, None, None, None, Some(format!("{err:#}"))),
     };
     let report = TrainStepReport {
         ratio: torch_ms.map(|t| t / candle_ms),
@@ -252,6 +259,7 @@ pub fn run(json: bool) -> anyhow::Result<()> {
         candle_ms,
         candle_phases: candle,
         torch_ms,
+        torch_1thread_ms,
         torch_version,
         torch_threads,
         candle_threads: candle_core::utils::get_num_threads(),
@@ -283,6 +291,9 @@ pub fn run(json: bool) -> anyhow::Result<()> {
                 report.torch_threads.unwrap_or(0),
                 report.torch_version.as_deref().unwrap_or("?")
             );
+            if let Some(one) = report.torch_1thread_ms {
+                println!("          (torch at 1 thread: {one:.2} ms/step)");
+            }
             println!(
                 "  ratio   {:8.2}x (torch / candle; goal >= 3x)",
                 report.ratio.unwrap_or(f64::NAN)
