@@ -4,4 +4,8 @@
 //! ([`agentrl_rl`]), chat formats ([`agentrl_chat`]) and policies ([`agentrl_model`]) are
 //! workspace crates; this crate holds what composes them: the command line.
 
+pub mod batch;
+pub mod bench_train_step;
 pub mod cli;
+pub mod engine;
+pub mod episode;

@@ -15,6 +15,7 @@
 //! * [`codec`]: `<tool_call>{json}</tool_call>` spans ⇄ gym [`agentrl_gym::types::ToolCall`]s.
 //! * [`drift`]: the retokenization drift check.
 //! * [`assets`]: where tests find the shared Qwen3 assets.
+//! * [`tiny`]: TinyAgent's closed word-level vocabulary, observation renderer and call format.
 //!
 //! It holds no tensors and no model weights.
 
@@ -25,6 +26,7 @@ pub mod error;
 pub mod message;
 pub mod qwen;
 pub mod template;
+pub mod tiny;
 pub mod tools;
 
 pub use assets::find_qwen3_assets;
