@@ -1,1 +1,4 @@
 //! placeholder
+pub mod lora;
+pub mod qwen3;
+pub mod weights;
