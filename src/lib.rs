@@ -4,4 +4,5 @@
 //! ([`agentrl_rl`]), chat formats ([`agentrl_chat`]) and policies ([`agentrl_model`]) are
 //! workspace crates; this crate holds what composes them: the command line.
 
+pub mod bench_qwen3;
 pub mod cli;
