@@ -1,1 +1,31 @@
-//! placeholder
+//! agentrl-chat: the text side of real language models.
+//!
+//! It sits between the gym (plain tool calls and observations) and the model (token ids):
+//!
+//! ```text
+//! messages + tools ──ChatTemplate::render──▶ prompt text ──QwenTokenizer::encode──▶ ids ──▶ model
+//! model ──▶ sampled ids ──ToolCallCodec::parse_ids──▶ ParsedTurn ──▶ gym Action (or Malformed)
+//! gym Observation ──▶ `tool` message ──▶ next render;  DriftChecker: does re-rendering change ids?
+//! ```
+//!
+//! * [`qwen`]: the HF `tokenizers` tokenizer loaded from a model folder's `tokenizer.json`.
+//! * [`template`]: the model's own Jinja chat template, rendered with minijinja the way
+//!   transformers' `apply_chat_template` renders it.
+//! * [`tools`]: the BugFix tool schemas (OpenAI function format) and argument validation.
+//! * [`codec`]: `<tool_call>{json}</tool_call>` spans ⇄ gym [`agentrl_gym::types::ToolCall`]s.
+//! * [`drift`]: the retokenization drift check.
+//! * [`assets`]: where tests find the shared Qwen3 assets.
+//!
+//! It holds no tensors and no model weights.
+
+pub mod assets;
+pub mod codec;
+pub mod drift;
+pub mod error;
+pub mod message;
+pub mod qwen;
+pub mod template;
+pub mod tools;
+
+pub use assets::find_qwen3_assets;
+pub use error::ChatError;
