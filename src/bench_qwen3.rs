@@ -62,7 +62,7 @@ pub fn run(options: &BenchOptions) -> Result<BenchReport> {
     }
     let config_path = match &options.config {
         Some(path) => path.clone(),
-        None => agentrl_model::qwen3::shared_assets_dir()
+        None => agentrl_chat::find_qwen3_assets()
             .context("no Qwen3 config: pass --config or set AGENTRL_QWEN3_DIR")?
             .join("config.json"),
     };

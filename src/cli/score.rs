@@ -21,7 +21,7 @@ use clap::Args;
 pub struct ScoreArgs {
     /// HF model folder: config.json, safetensors (single or sharded), tokenizer files.
     #[arg(long)]
-    pub model: PathBuf,
+    pub model: String,
     /// JSONL file: one `{"text": ...}` or `{"messages": [...], "tools": [...]}` per line.
     #[arg(long)]
     pub input: PathBuf,
@@ -78,12 +78,13 @@ pub fn score(args: ScoreArgs) -> Result<()> {
         dtype,
         ..LoadOptions::default()
     };
-    let model = Qwen3::load(&args.model, &options)
-        .with_context(|| format!("loading the model from {}", args.model.display()))?;
+    let model_dir = super::chat::resolve_model_dir(&args.model)?;
+    let model = Qwen3::load(&model_dir, &options)
+        .with_context(|| format!("loading the model from {}", model_dir.display()))?;
     let mut encoder = Encoder {
-        tokenizer: QwenTokenizer::from_dir(&args.model)?,
+        tokenizer: QwenTokenizer::from_dir(&model_dir)?,
         template: None,
-        model_dir: args.model.clone(),
+        model_dir,
     };
     let file = std::fs::File::open(&args.input)
         .with_context(|| format!("opening {}", args.input.display()))?;

@@ -922,17 +922,3 @@ fn causal_mask(seq: usize, offset: usize, dtype: DType, device: &Device) -> Resu
         .collect();
     Ok(Tensor::from_vec(values, (seq, total), device)?.to_dtype(dtype)?)
 }
-
-/// Where the shared Qwen3 assets (tokenizer, template, 0.6B config) are: `AGENTRL_QWEN3_DIR`,
-/// else `../shared/assets/qwen3` beside the workspace root. `None` if neither exists.
-pub fn shared_assets_dir() -> Option<std::path::PathBuf> {
-    if let Some(dir) = std::env::var_os("AGENTRL_QWEN3_DIR") {
-        let dir = std::path::PathBuf::from(dir);
-        if dir.join("tokenizer.json").is_file() {
-            return Some(dir);
-        }
-    }
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let beside = workspace.join("../shared/assets/qwen3");
-    beside.join("tokenizer.json").is_file().then_some(beside)
-}

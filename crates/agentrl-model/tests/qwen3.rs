@@ -326,13 +326,84 @@ fn wrong_shapes_and_missing_tensors_are_named_errors() {
 
 #[test]
 fn real_0_6b_config_parses() {
-    let Some(dir) = agentrl_model::qwen3::shared_assets_dir() else {
-        eprintln!("shared Qwen3 assets not found; set AGENTRL_QWEN3_DIR");
-        return;
-    };
+    let dir = agentrl_chat::find_qwen3_assets()
+        .expect("shared Qwen3 assets not found: put shared/ beside the workspace or set AGENTRL_QWEN3_DIR");
     let config = Qwen3Config::from_file(&dir.join("config.json")).unwrap();
     assert_eq!(config.head_dim, 128);
     assert_eq!(config.num_attention_heads / config.num_key_value_heads, 2);
     assert!(config.tie_word_embeddings);
     assert_eq!(config.rope_theta, 1_000_000.0);
+}
+
+/// The adapter that `scripts/check_peft_loads_agentrl_adapter.py` loads with PEFT: rank 3 on
+/// q/k/v/o and up_proj of `gqa2_tied`, with deterministic non-zero B.
+fn agentrl_adapter() -> (Qwen3, LoraConfig) {
+    let mut model = Qwen3::load(&fixture("gqa2_tied"), &options(DType::F32, false)).unwrap();
+    let config = LoraConfig {
+        rank: 3,
+        alpha: 12.0,
+        target_modules: vec![
+            "q_proj".into(),
+            "k_proj".into(),
+            "v_proj".into(),
+            "o_proj".into(),
+            "up_proj".into(),
+        ],
+    };
+    model.add_lora(&config, 11).unwrap();
+    for (index, (name, var)) in model.lora_vars().into_iter().enumerate() {
+        if name.contains("lora_B") {
+            let count = var.elem_count();
+            let values: Vec<f32> = (0..count)
+                .map(|i| (((i * 7 + index * 13) % 23) as f32 - 11.0) / 20.0)
+                .collect();
+            var.set(&Tensor::from_vec(values, var.shape(), &Device::Cpu).unwrap())
+                .unwrap();
+        }
+    }
+    (model, config)
+}
+
+/// Regenerates `fixtures/qwen3/lora_agentrl` (run by hand, then check it with PEFT:
+/// `python crates/agentrl-model/scripts/check_peft_loads_agentrl_adapter.py`).
+#[test]
+#[ignore = "writes a fixture; run by hand"]
+fn export_agentrl_adapter_fixture() {
+    let (model, config) = agentrl_adapter();
+    let dir = fixture("lora_agentrl");
+    model.save_lora_peft(&dir, &config, "../gqa2_tied").unwrap();
+    let mut inputs = Vec::new();
+    for input in reference(&fixture("gqa2_tied")).inputs {
+        let lp = logprobs(&model, &input.ids, ForwardMode::Train);
+        inputs.push(serde_json::json!({"kind": input.kind, "ids": input.ids, "logprobs": lp}));
+    }
+    let text = serde_json::json!({"base": "gqa2_tied", "inputs": inputs}).to_string();
+    std::fs::write(dir.join("reference.json"), text).unwrap();
+}
+
+/// The committed agentrl-saved adapter (checked loadable by PEFT, with PEFT's log-probs equal to
+/// ours) is exactly what the saver produces today, so that check stays valid.
+#[test]
+fn saved_adapter_matches_the_peft_checked_fixture() {
+    let committed = fixture("lora_agentrl");
+    let (model, config) = agentrl_adapter();
+    assert_eq!(LoraConfig::load_peft(&committed).unwrap(), config);
+    let saved = candle_core::safetensors::load(committed.join("adapter_model.safetensors"), &Device::Cpu)
+        .unwrap();
+    let ours = model.lora_vars();
+    assert_eq!(saved.len(), ours.len());
+    for (name, var) in ours {
+        let file = saved.get(&name).unwrap_or_else(|| panic!("{name} missing"));
+        let diff: f32 = (file - var.as_tensor())
+            .unwrap()
+            .abs()
+            .unwrap()
+            .max_all()
+            .unwrap()
+            .to_scalar()
+            .unwrap();
+        assert_eq!(diff, 0.0, "{name}");
+    }
+    let margin = parity_margin(&model, &reference(&committed));
+    assert!(margin <= 1e-4, "{margin}");
 }
