@@ -100,7 +100,10 @@ pub fn run(options: &BenchOptions) -> Result<BenchReport> {
     let inputs = all.narrow(1, 0, seq)?.contiguous()?;
     let targets = all.narrow(1, 1, seq)?.contiguous()?;
     let score = || model.token_logprobs_mode(&inputs, &targets, ForwardMode::Inference);
-    eprintln!("timing candle ({batch} x {seq} tokens, 1 warm-up + {} repeats) …", options.repeats);
+    eprintln!(
+        "timing candle ({batch} x {seq} tokens, 1 warm-up + {} repeats) …",
+        options.repeats
+    );
     let first = score()?.get(0)?.to_vec1::<f32>()?;
     let mut candle_seconds = Vec::new();
     for _ in 0..options.repeats {
@@ -196,7 +199,10 @@ pub fn print(report: &BenchReport, json: bool) -> Result<()> {
         "  inputs: {} x {} tokens, best of {} repeats",
         report.batch, report.seq_len, report.repeats
     );
-    println!("  candle (agentrl):  {:>9.1} tokens/s", report.candle_tokens_per_s);
+    println!(
+        "  candle (agentrl):  {:>9.1} tokens/s",
+        report.candle_tokens_per_s
+    );
     match (report.transformers_tokens_per_s, report.ratio) {
         (Some(theirs), Some(ratio)) => {
             println!(

@@ -44,8 +44,9 @@ fn as_u32s(value: &serde_json::Value) -> Vec<u32> {
 }
 
 fn assets() -> std::path::PathBuf {
-    agentrl_chat::find_qwen3_assets()
-        .expect("shared Qwen3 assets not found: put shared/ beside the workspace or set AGENTRL_QWEN3_DIR")
+    agentrl_chat::find_qwen3_assets().expect(
+        "shared Qwen3 assets not found: put shared/ beside the workspace or set AGENTRL_QWEN3_DIR",
+    )
 }
 
 fn run_score(model_dir: &std::path::Path, input: &std::path::Path) -> std::process::Output {
@@ -143,7 +144,11 @@ fn score_names_the_bad_line() {
     let dir = tempfile::tempdir().unwrap();
     let model = Qwen3::random(tiny_config(), 1, 0.5, &LoadOptions::default()).unwrap();
     model.save(dir.path()).unwrap();
-    std::fs::copy(assets.join("tokenizer.json"), dir.path().join("tokenizer.json")).unwrap();
+    std::fs::copy(
+        assets.join("tokenizer.json"),
+        dir.path().join("tokenizer.json"),
+    )
+    .unwrap();
     let input = dir.path().join("bad.jsonl");
     std::fs::write(&input, "{\"text\": \"ok\"}\n{\"neither\": 1}\n").unwrap();
     let output = run_score(dir.path(), &input);

@@ -77,13 +77,16 @@ impl LoraConfig {
     /// (so a loaded adapter never silently computes something different from PEFT).
     pub fn load_peft(dir: &Path) -> Result<Self> {
         let path = dir.join(ADAPTER_CONFIG);
-        let text =
-            std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
         let file: PeftAdapterConfig = serde_json::from_str(&text)
             .with_context(|| format!("parsing {} as a PEFT adapter config", path.display()))?;
         let at = path.display();
         if file.peft_type != "LORA" {
-            bail!("{at}: peft_type is {:?}, only \"LORA\" is supported", file.peft_type);
+            bail!(
+                "{at}: peft_type is {:?}, only \"LORA\" is supported",
+                file.peft_type
+            );
         }
         if file.r == 0 {
             bail!("{at}: r must be positive");
@@ -92,7 +95,10 @@ impl LoraConfig {
             bail!("{at}: use_rslora, use_dora and fan_in_fan_out are not supported");
         }
         if file.bias != "none" {
-            bail!("{at}: bias {:?} is not supported (only \"none\")", file.bias);
+            bail!(
+                "{at}: bias {:?} is not supported (only \"none\")",
+                file.bias
+            );
         }
         if !file.rank_pattern.is_empty() || !file.alpha_pattern.is_empty() {
             bail!("{at}: per-module rank_pattern/alpha_pattern are not supported");
@@ -302,7 +308,14 @@ mod tests {
         assert_eq!(delta.dims(), [5, 3]);
         let total: f32 = delta.abs().unwrap().sum_all().unwrap().to_scalar().unwrap();
         assert_eq!(total, 0.0);
-        let a_total: f32 = lora.a.abs().unwrap().sum_all().unwrap().to_scalar().unwrap();
+        let a_total: f32 = lora
+            .a
+            .abs()
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .to_scalar()
+            .unwrap();
         assert!(a_total > 0.0);
     }
 }

@@ -183,7 +183,10 @@ impl Qwen3Config {
     pub fn weight_shapes(&self) -> Vec<(String, Vec<usize>)> {
         let (h, i, hd) = (self.hidden_size, self.intermediate_size, self.head_dim);
         let (nq, nkv) = (self.num_attention_heads, self.num_key_value_heads);
-        let mut shapes = vec![("model.embed_tokens.weight".to_string(), vec![self.vocab_size, h])];
+        let mut shapes = vec![(
+            "model.embed_tokens.weight".to_string(),
+            vec![self.vocab_size, h],
+        )];
         for layer in 0..self.num_hidden_layers {
             let p = format!("model.layers.{layer}");
             shapes.extend([
@@ -434,7 +437,9 @@ impl Qwen3 {
             let values: Vec<f32> = if name.ends_with("norm.weight") {
                 vec![1.0; count]
             } else {
-                (0..count).map(|_| rng.random_range(-bound..bound)).collect()
+                (0..count)
+                    .map(|_| rng.random_range(-bound..bound))
+                    .collect()
             };
             let tensor = Tensor::from_vec(values, shape, &Device::Cpu)?;
             tensors.insert(name, tensor);
@@ -470,26 +475,50 @@ impl Qwen3 {
 
     /// Every base weight with its HF name.
     pub fn named_weights(&self) -> Vec<(String, Tensor)> {
-        let mut out = vec![("model.embed_tokens.weight".to_string(), self.embed_tokens.clone())];
+        let mut out = vec![(
+            "model.embed_tokens.weight".to_string(),
+            self.embed_tokens.clone(),
+        )];
         for (i, layer) in self.layers.iter().enumerate() {
             let p = format!("model.layers.{i}");
             let a = &layer.self_attn;
             let m = &layer.mlp;
             out.extend([
-                (format!("{p}.input_layernorm.weight"), layer.input_layernorm.clone()),
-                (format!("{p}.self_attn.q_proj.weight"), a.q_proj.weight.clone()),
-                (format!("{p}.self_attn.k_proj.weight"), a.k_proj.weight.clone()),
-                (format!("{p}.self_attn.v_proj.weight"), a.v_proj.weight.clone()),
-                (format!("{p}.self_attn.o_proj.weight"), a.o_proj.weight.clone()),
+                (
+                    format!("{p}.input_layernorm.weight"),
+                    layer.input_layernorm.clone(),
+                ),
+                (
+                    format!("{p}.self_attn.q_proj.weight"),
+                    a.q_proj.weight.clone(),
+                ),
+                (
+                    format!("{p}.self_attn.k_proj.weight"),
+                    a.k_proj.weight.clone(),
+                ),
+                (
+                    format!("{p}.self_attn.v_proj.weight"),
+                    a.v_proj.weight.clone(),
+                ),
+                (
+                    format!("{p}.self_attn.o_proj.weight"),
+                    a.o_proj.weight.clone(),
+                ),
                 (format!("{p}.self_attn.q_norm.weight"), a.q_norm.clone()),
                 (format!("{p}.self_attn.k_norm.weight"), a.k_norm.clone()),
                 (
                     format!("{p}.post_attention_layernorm.weight"),
                     layer.post_attention_layernorm.clone(),
                 ),
-                (format!("{p}.mlp.gate_proj.weight"), m.gate_proj.weight.clone()),
+                (
+                    format!("{p}.mlp.gate_proj.weight"),
+                    m.gate_proj.weight.clone(),
+                ),
                 (format!("{p}.mlp.up_proj.weight"), m.up_proj.weight.clone()),
-                (format!("{p}.mlp.down_proj.weight"), m.down_proj.weight.clone()),
+                (
+                    format!("{p}.mlp.down_proj.weight"),
+                    m.down_proj.weight.clone(),
+                ),
             ]);
         }
         out.push(("model.norm.weight".to_string(), self.norm.clone()));
@@ -763,8 +792,15 @@ impl Qwen3 {
         mode: ForwardMode,
     ) -> Result<Tensor> {
         let normed = self.rms_norm(hidden, &layer.input_layernorm, mode)?;
-        let attended =
-            self.attention(&layer.self_attn, &normed, (batch, seq), rotary, mask, cache, mode)?;
+        let attended = self.attention(
+            &layer.self_attn,
+            &normed,
+            (batch, seq),
+            rotary,
+            mask,
+            cache,
+            mode,
+        )?;
         let hidden = (hidden + attended)?;
         let normed = self.rms_norm(&hidden, &layer.post_attention_layernorm, mode)?;
         let mlp = &layer.mlp;
@@ -791,14 +827,27 @@ impl Qwen3 {
         let c = &self.config;
         let (n_q, n_kv, head_dim) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
         let group = n_q / n_kv;
-        let q = attn.q_proj.forward(x)?.reshape((batch, seq, n_q, head_dim))?;
-        let k = attn.k_proj.forward(x)?.reshape((batch, seq, n_kv, head_dim))?;
-        let v = attn.v_proj.forward(x)?.reshape((batch, seq, n_kv, head_dim))?;
+        let q = attn
+            .q_proj
+            .forward(x)?
+            .reshape((batch, seq, n_q, head_dim))?;
+        let k = attn
+            .k_proj
+            .forward(x)?
+            .reshape((batch, seq, n_kv, head_dim))?;
+        let v = attn
+            .v_proj
+            .forward(x)?
+            .reshape((batch, seq, n_kv, head_dim))?;
         // Per-head RMSNorm before RoPE (Qwen3's q_norm / k_norm).
         let q = self.rms_norm(&q, &attn.q_norm, mode)?;
         let k = self.rms_norm(&k, &attn.k_norm, mode)?;
-        let q = apply_rotary(&q, cos, sin, mode)?.transpose(1, 2)?.contiguous()?;
-        let k = apply_rotary(&k, cos, sin, mode)?.transpose(1, 2)?.contiguous()?;
+        let q = apply_rotary(&q, cos, sin, mode)?
+            .transpose(1, 2)?
+            .contiguous()?;
+        let k = apply_rotary(&k, cos, sin, mode)?
+            .transpose(1, 2)?
+            .contiguous()?;
         let v = v.transpose(1, 2)?.contiguous()?;
         let (k, v) = match cache {
             None => (k, v),
@@ -887,11 +936,7 @@ fn softmax_last(x: &Tensor, mode: ForwardMode) -> Result<Tensor> {
 /// RoPE (rotate-half convention) on `x: [B, T, heads, head_dim]` with tables `[T, head_dim/2]`.
 fn apply_rotary(x: &Tensor, cos: &Tensor, sin: &Tensor, mode: ForwardMode) -> Result<Tensor> {
     match mode {
-        ForwardMode::Inference => Ok(candle_nn::rotary_emb::rope_thd(
-            &x.contiguous()?,
-            cos,
-            sin,
-        )?),
+        ForwardMode::Inference => Ok(candle_nn::rotary_emb::rope_thd(&x.contiguous()?, cos, sin)?),
         ForwardMode::Train => {
             let (_, seq, _, head_dim) = x.dims4()?;
             let half = head_dim / 2;

@@ -36,7 +36,12 @@ pub fn checkpoint_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let weight_map = index
         .get("weight_map")
         .and_then(|map| map.as_object())
-        .with_context(|| format!("{}: missing object field `weight_map`", index_path.display()))?;
+        .with_context(|| {
+            format!(
+                "{}: missing object field `weight_map`",
+                index_path.display()
+            )
+        })?;
     let mut shards = BTreeSet::new();
     for (tensor, shard) in weight_map {
         let shard = shard.as_str().with_context(|| {
@@ -94,7 +99,10 @@ mod tests {
     fn missing_checkpoint_is_a_clear_error() {
         let dir = tempfile::tempdir().unwrap();
         let err = checkpoint_files(dir.path()).unwrap_err().to_string();
-        assert!(err.contains(SINGLE_FILE) && err.contains(SHARD_INDEX), "{err}");
+        assert!(
+            err.contains(SINGLE_FILE) && err.contains(SHARD_INDEX),
+            "{err}"
+        );
     }
 
     #[test]
@@ -105,6 +113,9 @@ mod tests {
         save_file(&map, &dir.path().join(SINGLE_FILE)).unwrap();
         let loaded = load_folder(dir.path(), DType::BF16, &Device::Cpu).unwrap();
         let back = loaded["w"].to_dtype(DType::F32).unwrap();
-        assert_eq!(back.to_vec2::<f32>().unwrap(), tensor.to_vec2::<f32>().unwrap());
+        assert_eq!(
+            back.to_vec2::<f32>().unwrap(),
+            tensor.to_vec2::<f32>().unwrap()
+        );
     }
 }

@@ -28,7 +28,9 @@ struct ReferenceInput {
 }
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qwen3").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/qwen3")
+        .join(name)
 }
 
 fn reference(dir: &Path) -> Reference {
@@ -50,12 +52,20 @@ fn logprobs(model: &Qwen3, ids: &[u32], mode: ForwardMode) -> Vec<f32> {
     let inputs = Tensor::from_slice(&ids[..n - 1], (1, n - 1), &Device::Cpu).unwrap();
     let targets = Tensor::from_slice(&ids[1..], (1, n - 1), &Device::Cpu).unwrap();
     let out = model.token_logprobs_mode(&inputs, &targets, mode).unwrap();
-    out.to_dtype(DType::F32).unwrap().squeeze(0).unwrap().to_vec1().unwrap()
+    out.to_dtype(DType::F32)
+        .unwrap()
+        .squeeze(0)
+        .unwrap()
+        .to_vec1()
+        .unwrap()
 }
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 /// Max |ours - reference| over every input of a fixture, for both forward modes.
@@ -77,7 +87,10 @@ fn logprobs_match_transformers_on_every_tiny_config() {
         let model = Qwen3::load(&dir, &options(DType::F32, false)).unwrap();
         let reference = reference(&dir);
         let kinds: Vec<&str> = reference.inputs.iter().map(|i| i.kind.as_str()).collect();
-        assert!(kinds.contains(&"text") && kinds.contains(&"chat"), "{kinds:?}");
+        assert!(
+            kinds.contains(&"text") && kinds.contains(&"chat"),
+            "{kinds:?}"
+        );
         let margin = parity_margin(&model, &reference);
         eprintln!("parity {name}: max |logprob diff| = {margin:.3e}");
         assert!(margin <= 1e-4, "{name}: max diff {margin}");
@@ -196,8 +209,14 @@ fn assert_finite_nonzero_grads(vars: &[(String, Var)], grads: &candle_core::back
             .get(var.as_tensor())
             .unwrap_or_else(|| panic!("{name}: no gradient"));
         let values: Vec<f32> = grad.flatten_all().unwrap().to_vec1().unwrap();
-        assert!(values.iter().all(|v| v.is_finite()), "{name}: non-finite gradient");
-        assert!(values.iter().any(|v| *v != 0.0), "{name}: all-zero gradient");
+        assert!(
+            values.iter().all(|v| v.is_finite()),
+            "{name}: non-finite gradient"
+        );
+        assert!(
+            values.iter().any(|v| *v != 0.0),
+            "{name}: all-zero gradient"
+        );
     }
 }
 
@@ -243,7 +262,10 @@ fn lora_trains_while_the_base_stays_frozen() {
     let lora_vars = model.lora_vars();
     assert_finite_nonzero_grads(&lora_vars, &grads);
     for (name, weight) in model.named_weights() {
-        assert!(grads.get(&weight).is_none(), "{name} is frozen but got a gradient");
+        assert!(
+            grads.get(&weight).is_none(),
+            "{name} is frozen but got a gradient"
+        );
     }
 }
 
@@ -275,7 +297,9 @@ fn fresh_lora_leaves_outputs_unchanged_and_round_trips_through_peft_layout() {
     let dir = tempfile::tempdir().unwrap();
     model.save_lora_peft(dir.path(), &config, "tiny").unwrap();
     let names = safetensors_names(&dir.path().join("adapter_model.safetensors"));
-    assert!(names.contains(&"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight".into()));
+    assert!(
+        names.contains(&"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight".into())
+    );
     assert!(names.contains(&"base_model.model.model.layers.1.mlp.down_proj.lora_B.weight".into()));
     let mut reloaded = base.clone();
     assert_eq!(reloaded.load_lora_peft(dir.path()).unwrap(), config);
@@ -313,21 +337,35 @@ fn wrong_shapes_and_missing_tensors_are_named_errors() {
         serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
     config["intermediate_size"] = 100.into();
     std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
-    std::fs::copy(src.join("model.safetensors"), dir.path().join("model.safetensors")).unwrap();
-    let err = format!("{:#}", Qwen3::load(dir.path(), &LoadOptions::default()).unwrap_err());
-    assert!(err.contains("gate_proj.weight") && err.contains("shape"), "{err}");
+    std::fs::copy(
+        src.join("model.safetensors"),
+        dir.path().join("model.safetensors"),
+    )
+    .unwrap();
+    let err = format!(
+        "{:#}",
+        Qwen3::load(dir.path(), &LoadOptions::default()).unwrap_err()
+    );
+    assert!(
+        err.contains("gate_proj.weight") && err.contains("shape"),
+        "{err}"
+    );
 
     config["tie_word_embeddings"] = false.into();
     config["intermediate_size"] = 128.into();
     std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
-    let err = format!("{:#}", Qwen3::load(dir.path(), &LoadOptions::default()).unwrap_err());
+    let err = format!(
+        "{:#}",
+        Qwen3::load(dir.path(), &LoadOptions::default()).unwrap_err()
+    );
     assert!(err.contains("lm_head.weight"), "{err}");
 }
 
 #[test]
 fn real_0_6b_config_parses() {
-    let dir = agentrl_chat::find_qwen3_assets()
-        .expect("shared Qwen3 assets not found: put shared/ beside the workspace or set AGENTRL_QWEN3_DIR");
+    let dir = agentrl_chat::find_qwen3_assets().expect(
+        "shared Qwen3 assets not found: put shared/ beside the workspace or set AGENTRL_QWEN3_DIR",
+    );
     let config = Qwen3Config::from_file(&dir.join("config.json")).unwrap();
     assert_eq!(config.head_dim, 128);
     assert_eq!(config.num_attention_heads / config.num_key_value_heads, 2);
@@ -388,8 +426,9 @@ fn saved_adapter_matches_the_peft_checked_fixture() {
     let committed = fixture("lora_agentrl");
     let (model, config) = agentrl_adapter();
     assert_eq!(LoraConfig::load_peft(&committed).unwrap(), config);
-    let saved = candle_core::safetensors::load(committed.join("adapter_model.safetensors"), &Device::Cpu)
-        .unwrap();
+    let saved =
+        candle_core::safetensors::load(committed.join("adapter_model.safetensors"), &Device::Cpu)
+            .unwrap();
     let ours = model.lora_vars();
     assert_eq!(saved.len(), ours.len());
     for (name, var) in ours {
