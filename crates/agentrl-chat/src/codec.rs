@@ -309,7 +309,8 @@ mod tests {
 
     #[test]
     fn malformed_calls_become_typed_errors() {
-        let cases: Vec<(&str, fn(&ToolCallError) -> bool)> = vec![
+        type Expectation = fn(&ToolCallError) -> bool;
+        let cases: Vec<(&str, Expectation)> = vec![
             ("no call here", |e| matches!(e, ToolCallError::NoToolCall)),
             (
                 "<tool_call>\n{\"name\": \"read\", \"arguments\": {\"path\": \"a\"}",

@@ -254,19 +254,20 @@ impl ToolSpec {
         }
         for (key, value) in map {
             match self.properties.iter().find(|(name, _)| name == key) {
-                Some((_, types)) => {
-                    if !types.is_empty() && !types.iter().any(|t| t.matches(value)) {
-                        return Err(ArgumentError::WrongType {
-                            tool: self.name.clone(),
-                            argument: key.clone(),
-                            expected: types
-                                .iter()
-                                .map(|t| t.name())
-                                .collect::<Vec<_>>()
-                                .join(" or "),
-                        });
-                    }
+                Some((_, types))
+                    if !types.is_empty() && !types.iter().any(|t| t.matches(value)) =>
+                {
+                    return Err(ArgumentError::WrongType {
+                        tool: self.name.clone(),
+                        argument: key.clone(),
+                        expected: types
+                            .iter()
+                            .map(|t| t.name())
+                            .collect::<Vec<_>>()
+                            .join(" or "),
+                    });
                 }
+                Some(_) => {}
                 None if self.closed => {
                     return Err(ArgumentError::Unexpected {
                         tool: self.name.clone(),
