@@ -98,7 +98,7 @@ pub fn score(args: ScoreArgs) -> Result<()> {
         }
         let value: serde_json::Value =
             serde_json::from_str(&line).with_context(|| format!("{at}: not JSON"))?;
-        let ids = encoder.encode(&value).with_context(|| format!("{at}"))?;
+        let ids = encoder.encode(&value).with_context(|| at.clone())?;
         let logprobs = model
             .score_sequence(&ids)
             .with_context(|| format!("{at}: scoring"))?;
