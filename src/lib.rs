@@ -5,6 +5,7 @@
 //! workspace crates; this crate holds what composes them: the command line.
 
 pub mod batch;
+pub mod bench_qwen3;
 pub mod bench_train_step;
 pub mod cli;
 pub mod engine;

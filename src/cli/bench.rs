@@ -31,6 +31,18 @@ pub enum BenchTarget {
     Qwen3 {
         #[arg(long)]
         json: bool,
+        /// `config.json` of the shape (default: the shared Qwen3-0.6B config).
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
+        #[arg(long, default_value_t = 1)]
+        batch: usize,
+        #[arg(long, default_value_t = 128)]
+        seq_len: usize,
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
+        /// torch threads for the transformers baseline.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
     },
 }
 
@@ -41,6 +53,22 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
         BenchTarget::Train { .. } => {
             anyhow::bail!("bench train needs the trainer, which is not built yet")
         }
-        BenchTarget::Qwen3 { .. } => anyhow::bail!("bench qwen3 is not built yet"),
+        BenchTarget::Qwen3 {
+            json,
+            config,
+            batch,
+            seq_len,
+            repeats,
+            threads,
+        } => {
+            let options = crate::bench_qwen3::BenchOptions {
+                config,
+                batch,
+                seq_len,
+                repeats,
+                threads,
+            };
+            crate::bench_qwen3::print(&crate::bench_qwen3::run(&options)?, json)
+        }
     }
 }

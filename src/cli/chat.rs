@@ -1,4 +1,5 @@
-//! `agentrl chat render` and `agentrl score`: real-model formats on the command line.
+//! `agentrl chat render`: real-model chat formats on the command line (`agentrl score` is in
+//! `score.rs`).
 //!
 //! `chat render` is the command-line face of `agentrl_chat`: it loads a model folder's tokenizer
 //! and chat template, renders a conversation exactly as transformers' `apply_chat_template`
@@ -43,9 +44,6 @@ pub struct RenderArgs {
     #[arg(long)]
     pub no_thinking: bool,
 }
-
-#[derive(Debug, Args)]
-pub struct ScoreArgs {}
 
 pub fn chat(args: ChatArgs) -> anyhow::Result<()> {
     match args.command {
@@ -150,8 +148,4 @@ fn resolve_hub_id(model: &str) -> anyhow::Result<PathBuf> {
     anyhow::bail!(
         "model folder {model} does not exist (to use a Hugging Face Hub id, build with `--features hub`)"
     )
-}
-
-pub fn score(_args: ScoreArgs) -> anyhow::Result<()> {
-    anyhow::bail!("score is not built yet")
 }

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod chat;
+mod score;
 mod train;
 
 #[derive(Debug, Parser)]
@@ -31,7 +32,7 @@ pub enum Command {
     /// Chat-template tools for real models.
     Chat(chat::ChatArgs),
     /// Per-token log-probs of a model on given inputs.
-    Score(chat::ScoreArgs),
+    Score(score::ScoreArgs),
     /// Speed measurements against a baseline measured in the same run.
     Bench(bench::BenchArgs),
 }
@@ -51,7 +52,7 @@ pub fn main() -> ExitCode {
         Command::Eval(args) => train::eval(args),
         Command::Gym(args) => agentrl_gym::cli::run(args),
         Command::Chat(args) => chat::chat(args),
-        Command::Score(args) => chat::score(args),
+        Command::Score(args) => score::score(args),
         Command::Bench(args) => bench::bench(args),
     };
     match result {

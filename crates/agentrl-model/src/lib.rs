@@ -1,11 +1,15 @@
 //! # agentrl-model: policies as candle modules
 //!
-//! TinyAgent (a small transformer with a value head), and the [`Policy`] interface the engine
-//! and the trainer use. Token ids in, logits and values out; no gym, no sampling.
+//! TinyAgent (a small transformer with a value head), Qwen3 (the real model family, with HF
+//! weight names), LoRA adapters in PEFT's layout, and the [`Policy`] interface the engine and
+//! the trainer use. Token ids in, logits and values out; no gym, no sampling.
 
 pub mod fused;
+pub mod lora;
 pub mod policy;
+pub mod qwen3;
 pub mod tiny;
+pub mod weights;
 
 pub use policy::{Policy, PolicyOutput};
 pub use tiny::{KvCache, TinyAgent, TinyConfig};

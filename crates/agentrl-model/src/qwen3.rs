@@ -1,0 +1,969 @@
+//! Qwen3 as the project's own candle module: HF weight names, HF safetensors in and out,
+//! differentiable end to end (so the trainer can backprop through it), plus a separate
+//! KV-cached incremental path for decoding.
+//!
+//! Data flow: token ids `[B, T]` → embedding → `num_hidden_layers` × (RMSNorm → attention with
+//! per-head q/k RMSNorm *before* RoPE and grouped-query heads → residual → RMSNorm → SiLU-gated
+//! MLP → residual) → final RMSNorm → `lm_head` (or the tied embedding) → logits `[B, T, V]`.
+//! This mirrors transformers' `modeling_qwen3.py`; `head_dim` comes from the config and need not
+//! equal `hidden_size / num_attention_heads`.
+//!
+//! Two forward modes ([`ForwardMode`]): `Train` uses only ops that record a backward pass
+//! (`ops::softmax`, `rms_norm_slow`, a hand-written rotary), because candle's fused
+//! `softmax_last_dim`, `ops::rms_norm` and `rope*` silently drop gradients (see
+//! shared/DESIGN.md, "candle"). `Inference` may use the fused kernels and must only be used when
+//! no gradient is needed (scoring, sampling).
+//!
+//! Batches are unpadded or right-padded: attention is causal, so positions before a pad never
+//! see it, and log-probs of real tokens are exact.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use candle_core::{DType, Device, Tensor, Var, D};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Deserialize;
+
+use crate::lora::{self, Factor, LoraConfig, LoraWeights};
+use crate::weights;
+
+/// The fields of an HF `config.json` that define a Qwen3 network.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Qwen3Config {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub num_key_value_heads: usize,
+    pub head_dim: usize,
+    pub rms_norm_eps: f64,
+    pub rope_theta: f64,
+    pub tie_word_embeddings: bool,
+    pub max_position_embeddings: usize,
+}
+
+/// `config.json` as written by transformers 4.x (`rope_theta` at top level) or 5.x
+/// (`rope_parameters.rope_theta`).
+#[derive(Debug, Deserialize)]
+struct RawConfig {
+    vocab_size: usize,
+    hidden_size: usize,
+    intermediate_size: usize,
+    num_hidden_layers: usize,
+    num_attention_heads: usize,
+    num_key_value_heads: Option<usize>,
+    head_dim: Option<usize>,
+    #[serde(default = "default_eps")]
+    rms_norm_eps: f64,
+    rope_theta: Option<f64>,
+    rope_parameters: Option<RawRopeParameters>,
+    rope_scaling: Option<serde_json::Value>,
+    #[serde(default)]
+    tie_word_embeddings: bool,
+    #[serde(default = "default_max_positions")]
+    max_position_embeddings: usize,
+    #[serde(default)]
+    attention_bias: bool,
+    hidden_act: Option<String>,
+    #[serde(default)]
+    use_sliding_window: bool,
+}
+
+#[derive(Debug, Deserialize)]
+struct RawRopeParameters {
+    rope_theta: Option<f64>,
+    rope_type: Option<String>,
+}
+
+fn default_eps() -> f64 {
+    1e-6
+}
+
+fn default_max_positions() -> usize {
+    40960
+}
+
+impl Qwen3Config {
+    /// Reads and validates `config.json`; unsupported options (bias, rope scaling, sliding
+    /// window, other activations) are errors rather than silently different math.
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        Self::from_json(&text).with_context(|| format!("in {}", path.display()))
+    }
+
+    /// Parses the text of a `config.json`.
+    pub fn from_json(text: &str) -> Result<Self> {
+        let raw: RawConfig = serde_json::from_str(text).context("parsing Qwen3 config.json")?;
+        if raw.attention_bias {
+            bail!("attention_bias = true is not supported (Qwen3 has none)");
+        }
+        if let Some(act) = &raw.hidden_act {
+            if act != "silu" {
+                bail!("hidden_act {act:?} is not supported (only \"silu\")");
+            }
+        }
+        if raw.rope_scaling.as_ref().is_some_and(|v| !v.is_null()) {
+            bail!("rope_scaling is not supported");
+        }
+        if raw.use_sliding_window {
+            bail!("use_sliding_window = true is not supported");
+        }
+        let mut rope_theta = raw.rope_theta;
+        if let Some(params) = &raw.rope_parameters {
+            if let Some(kind) = &params.rope_type {
+                if kind != "default" {
+                    bail!("rope_parameters.rope_type {kind:?} is not supported");
+                }
+            }
+            rope_theta = rope_theta.or(params.rope_theta);
+        }
+        let num_key_value_heads = raw.num_key_value_heads.unwrap_or(raw.num_attention_heads);
+        if raw.num_attention_heads == 0
+            || num_key_value_heads == 0
+            || !raw.num_attention_heads.is_multiple_of(num_key_value_heads)
+        {
+            bail!(
+                "num_attention_heads ({}) must be a positive multiple of num_key_value_heads ({})",
+                raw.num_attention_heads,
+                num_key_value_heads
+            );
+        }
+        let head_dim = raw
+            .head_dim
+            .unwrap_or(raw.hidden_size / raw.num_attention_heads);
+        if head_dim == 0 || !head_dim.is_multiple_of(2) {
+            bail!("head_dim must be positive and even for rotary embeddings, got {head_dim}");
+        }
+        Ok(Self {
+            vocab_size: raw.vocab_size,
+            hidden_size: raw.hidden_size,
+            intermediate_size: raw.intermediate_size,
+            num_hidden_layers: raw.num_hidden_layers,
+            num_attention_heads: raw.num_attention_heads,
+            num_key_value_heads,
+            head_dim,
+            rms_norm_eps: raw.rms_norm_eps,
+            rope_theta: rope_theta.unwrap_or(10_000.0),
+            tie_word_embeddings: raw.tie_word_embeddings,
+            max_position_embeddings: raw.max_position_embeddings,
+        })
+    }
+
+    /// The config as an HF `config.json` object (transformers-loadable).
+    pub fn to_hf_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "architectures": ["Qwen3ForCausalLM"],
+            "model_type": "qwen3",
+            "attention_bias": false,
+            "attention_dropout": 0.0,
+            "hidden_act": "silu",
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim,
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_theta": self.rope_theta,
+            "rope_scaling": null,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "max_position_embeddings": self.max_position_embeddings,
+            "use_sliding_window": false,
+            "sliding_window": null,
+            "torch_dtype": "float32",
+        })
+    }
+
+    /// Every weight of the network: HF name and shape.
+    pub fn weight_shapes(&self) -> Vec<(String, Vec<usize>)> {
+        let (h, i, hd) = (self.hidden_size, self.intermediate_size, self.head_dim);
+        let (nq, nkv) = (self.num_attention_heads, self.num_key_value_heads);
+        let mut shapes = vec![(
+            "model.embed_tokens.weight".to_string(),
+            vec![self.vocab_size, h],
+        )];
+        for layer in 0..self.num_hidden_layers {
+            let p = format!("model.layers.{layer}");
+            shapes.extend([
+                (format!("{p}.input_layernorm.weight"), vec![h]),
+                (format!("{p}.self_attn.q_proj.weight"), vec![nq * hd, h]),
+                (format!("{p}.self_attn.k_proj.weight"), vec![nkv * hd, h]),
+                (format!("{p}.self_attn.v_proj.weight"), vec![nkv * hd, h]),
+                (format!("{p}.self_attn.o_proj.weight"), vec![h, nq * hd]),
+                (format!("{p}.self_attn.q_norm.weight"), vec![hd]),
+                (format!("{p}.self_attn.k_norm.weight"), vec![hd]),
+                (format!("{p}.post_attention_layernorm.weight"), vec![h]),
+                (format!("{p}.mlp.gate_proj.weight"), vec![i, h]),
+                (format!("{p}.mlp.up_proj.weight"), vec![i, h]),
+                (format!("{p}.mlp.down_proj.weight"), vec![h, i]),
+            ]);
+        }
+        shapes.push(("model.norm.weight".to_string(), vec![h]));
+        if !self.tie_word_embeddings {
+            shapes.push(("lm_head.weight".to_string(), vec![self.vocab_size, h]));
+        }
+        shapes
+    }
+}
+
+/// Which kernels the forward pass may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForwardMode {
+    /// Differentiable ops only: every parameter receives its gradient.
+    Train,
+    /// Fused, faster kernels that record no backward pass. Only for scoring and sampling.
+    Inference,
+}
+
+/// How to load a model.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// Compute and storage dtype (checkpoints are converted on load).
+    pub dtype: DType,
+    pub device: Device,
+    /// Register the base weights as trainable variables. Off for inference and for LoRA
+    /// training, where the base stays frozen.
+    pub trainable: bool,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self {
+            dtype: DType::F32,
+            device: Device::Cpu,
+            trainable: false,
+        }
+    }
+}
+
+/// A linear layer `y = x W^T` (no bias), optionally with a LoRA update.
+#[derive(Debug, Clone)]
+struct Linear {
+    /// `[out, in]`, HF layout.
+    weight: Tensor,
+    lora: Option<LoraWeights>,
+}
+
+impl Linear {
+    /// `x: [N, in]` → `[N, out]`.
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let base = x.matmul(&self.weight.t()?)?;
+        match &self.lora {
+            None => Ok(base),
+            Some(lora) => Ok((base + lora.delta(x)?)?),
+        }
+    }
+
+    fn dims(&self) -> Result<(usize, usize)> {
+        let (out_features, in_features) = self.weight.dims2()?;
+        Ok((in_features, out_features))
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Attention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    q_norm: Tensor,
+    k_norm: Tensor,
+}
+
+#[derive(Debug, Clone)]
+struct Mlp {
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+}
+
+#[derive(Debug, Clone)]
+struct DecoderLayer {
+    input_layernorm: Tensor,
+    self_attn: Attention,
+    post_attention_layernorm: Tensor,
+    mlp: Mlp,
+}
+
+/// Keys and values of every layer for the positions seen so far, `[B, kv_heads, S, head_dim]`
+/// each, after RoPE. Owned by the caller, so the model itself has no hidden state.
+#[derive(Debug, Clone, Default)]
+pub struct KvCache {
+    layers: Vec<Option<(Tensor, Tensor)>>,
+    len: usize,
+}
+
+impl KvCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of positions already cached (the position of the next token).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing has been cached yet.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// The Qwen3 causal language model.
+#[derive(Debug, Clone)]
+pub struct Qwen3 {
+    config: Qwen3Config,
+    embed_tokens: Tensor,
+    layers: Vec<DecoderLayer>,
+    norm: Tensor,
+    /// `None` when the output projection is tied to `embed_tokens`.
+    lm_head: Option<Tensor>,
+    /// RoPE inverse frequencies, `head_dim / 2` of them, computed in f32 as transformers does.
+    inv_freq: Vec<f32>,
+    /// Base weights registered as variables (empty when the base is frozen).
+    base_vars: Vec<(String, Var)>,
+    dtype: DType,
+    device: Device,
+}
+
+impl Qwen3 {
+    /// Loads an HF model folder: `config.json` plus `model.safetensors` or a sharded
+    /// `model.safetensors.index.json`.
+    pub fn load(dir: &Path, options: &LoadOptions) -> Result<Self> {
+        let config = Qwen3Config::from_file(&dir.join("config.json"))?;
+        let tensors = weights::load_folder(dir, options.dtype, &options.device)?;
+        Self::from_tensors(config, tensors, options, dir)
+    }
+
+    /// Builds the model from HF-named tensors (already in the wanted dtype and device).
+    /// `source` only names where the tensors came from, for error messages.
+    pub fn from_tensors(
+        config: Qwen3Config,
+        mut tensors: HashMap<String, Tensor>,
+        options: &LoadOptions,
+        source: &Path,
+    ) -> Result<Self> {
+        let mut base_vars = Vec::new();
+        let mut take = |name: &str, shape: &[usize]| -> Result<Tensor> {
+            let tensor = weights::take(&mut tensors, name, source)?
+                .to_dtype(options.dtype)?
+                .to_device(&options.device)?;
+            if tensor.dims() != shape {
+                bail!(
+                    "{}: tensor `{name}` has shape {:?}, config.json implies {shape:?}",
+                    source.display(),
+                    tensor.dims()
+                );
+            }
+            if options.trainable {
+                let var = Var::from_tensor(&tensor)?;
+                let shared = var.as_tensor().clone();
+                base_vars.push((name.to_string(), var));
+                Ok(shared)
+            } else {
+                Ok(tensor)
+            }
+        };
+        let shapes: HashMap<String, Vec<usize>> = config.weight_shapes().into_iter().collect();
+        let mut get = |name: String| -> Result<Tensor> {
+            let shape = shapes
+                .get(&name)
+                .with_context(|| format!("internal: no shape for {name}"))?;
+            take(&name, shape)
+        };
+        let linear = |weight: Tensor| Linear { weight, lora: None };
+        let embed_tokens = get("model.embed_tokens.weight".into())?;
+        let mut layers = Vec::with_capacity(config.num_hidden_layers);
+        for layer in 0..config.num_hidden_layers {
+            let p = format!("model.layers.{layer}");
+            layers.push(DecoderLayer {
+                input_layernorm: get(format!("{p}.input_layernorm.weight"))?,
+                self_attn: Attention {
+                    q_proj: linear(get(format!("{p}.self_attn.q_proj.weight"))?),
+                    k_proj: linear(get(format!("{p}.self_attn.k_proj.weight"))?),
+                    v_proj: linear(get(format!("{p}.self_attn.v_proj.weight"))?),
+                    o_proj: linear(get(format!("{p}.self_attn.o_proj.weight"))?),
+                    q_norm: get(format!("{p}.self_attn.q_norm.weight"))?,
+                    k_norm: get(format!("{p}.self_attn.k_norm.weight"))?,
+                },
+                post_attention_layernorm: get(format!("{p}.post_attention_layernorm.weight"))?,
+                mlp: Mlp {
+                    gate_proj: linear(get(format!("{p}.mlp.gate_proj.weight"))?),
+                    up_proj: linear(get(format!("{p}.mlp.up_proj.weight"))?),
+                    down_proj: linear(get(format!("{p}.mlp.down_proj.weight"))?),
+                },
+            });
+        }
+        let norm = get("model.norm.weight".into())?;
+        let lm_head = if config.tie_word_embeddings {
+            None
+        } else {
+            Some(get("lm_head.weight".into())?)
+        };
+        let half = config.head_dim / 2;
+        let inv_freq = (0..half)
+            .map(|i| {
+                let exponent = (2 * i) as f32 / config.head_dim as f32;
+                1.0 / (config.rope_theta as f32).powf(exponent)
+            })
+            .collect();
+        Ok(Self {
+            config,
+            embed_tokens,
+            layers,
+            norm,
+            lm_head,
+            inv_freq,
+            base_vars,
+            dtype: options.dtype,
+            device: options.device.clone(),
+        })
+    }
+
+    /// A model with seeded random weights: linear and embedding weights uniform with standard
+    /// deviation `std`, norm weights one. Used for benches and end-to-end tests.
+    pub fn random(config: Qwen3Config, seed: u64, std: f32, options: &LoadOptions) -> Result<Self> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let bound = std * 3f32.sqrt();
+        let mut tensors = HashMap::new();
+        for (name, shape) in config.weight_shapes() {
+            let count: usize = shape.iter().product();
+            let values: Vec<f32> = if name.ends_with("norm.weight") {
+                vec![1.0; count]
+            } else {
+                (0..count)
+                    .map(|_| rng.random_range(-bound..bound))
+                    .collect()
+            };
+            let tensor = Tensor::from_vec(values, shape, &Device::Cpu)?;
+            tensors.insert(name, tensor);
+        }
+        Self::from_tensors(config, tensors, options, Path::new("<random>"))
+    }
+
+    /// Writes an HF model folder (`config.json` + `model.safetensors`) that transformers and
+    /// [`Qwen3::load`] read back. LoRA adapters are not included (see [`Qwen3::save_lora_peft`]).
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let config_path = dir.join("config.json");
+        std::fs::write(
+            &config_path,
+            serde_json::to_string_pretty(&self.config.to_hf_json())?,
+        )
+        .with_context(|| format!("writing {}", config_path.display()))?;
+        let tensors: HashMap<String, Tensor> = self.named_weights().into_iter().collect();
+        weights::save_file(&tensors, &dir.join(weights::SINGLE_FILE))
+    }
+
+    pub fn config(&self) -> &Qwen3Config {
+        &self.config
+    }
+
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Every base weight with its HF name.
+    pub fn named_weights(&self) -> Vec<(String, Tensor)> {
+        let mut out = vec![(
+            "model.embed_tokens.weight".to_string(),
+            self.embed_tokens.clone(),
+        )];
+        for (i, layer) in self.layers.iter().enumerate() {
+            let p = format!("model.layers.{i}");
+            let a = &layer.self_attn;
+            let m = &layer.mlp;
+            out.extend([
+                (
+                    format!("{p}.input_layernorm.weight"),
+                    layer.input_layernorm.clone(),
+                ),
+                (
+                    format!("{p}.self_attn.q_proj.weight"),
+                    a.q_proj.weight.clone(),
+                ),
+                (
+                    format!("{p}.self_attn.k_proj.weight"),
+                    a.k_proj.weight.clone(),
+                ),
+                (
+                    format!("{p}.self_attn.v_proj.weight"),
+                    a.v_proj.weight.clone(),
+                ),
+                (
+                    format!("{p}.self_attn.o_proj.weight"),
+                    a.o_proj.weight.clone(),
+                ),
+                (format!("{p}.self_attn.q_norm.weight"), a.q_norm.clone()),
+                (format!("{p}.self_attn.k_norm.weight"), a.k_norm.clone()),
+                (
+                    format!("{p}.post_attention_layernorm.weight"),
+                    layer.post_attention_layernorm.clone(),
+                ),
+                (
+                    format!("{p}.mlp.gate_proj.weight"),
+                    m.gate_proj.weight.clone(),
+                ),
+                (format!("{p}.mlp.up_proj.weight"), m.up_proj.weight.clone()),
+                (
+                    format!("{p}.mlp.down_proj.weight"),
+                    m.down_proj.weight.clone(),
+                ),
+            ]);
+        }
+        out.push(("model.norm.weight".to_string(), self.norm.clone()));
+        if let Some(head) = &self.lm_head {
+            out.push(("lm_head.weight".to_string(), head.clone()));
+        }
+        out
+    }
+
+    /// The trainable base weights (empty unless loaded with `trainable: true`).
+    pub fn base_vars(&self) -> &[(String, Var)] {
+        &self.base_vars
+    }
+
+    /// The trainable LoRA factors with PEFT tensor names.
+    pub fn lora_vars(&self) -> Vec<(String, Var)> {
+        let mut out = Vec::new();
+        for (module, linear) in self.linears() {
+            if let Some(lora) = &linear.lora {
+                out.push((lora::peft_tensor_name(&module, Factor::A), lora.a.clone()));
+                out.push((lora::peft_tensor_name(&module, Factor::B), lora.b.clone()));
+            }
+        }
+        out
+    }
+
+    /// Every trainable variable: the base weights (if trainable) and the LoRA factors.
+    pub fn trainable_vars(&self) -> Vec<(String, Var)> {
+        let mut out = self.base_vars.clone();
+        out.extend(self.lora_vars());
+        out
+    }
+
+    fn linears(&self) -> Vec<(String, &Linear)> {
+        let mut out = Vec::new();
+        for (i, layer) in self.layers.iter().enumerate() {
+            let p = format!("model.layers.{i}");
+            let a = &layer.self_attn;
+            let m = &layer.mlp;
+            out.extend([
+                (format!("{p}.self_attn.q_proj"), &a.q_proj),
+                (format!("{p}.self_attn.k_proj"), &a.k_proj),
+                (format!("{p}.self_attn.v_proj"), &a.v_proj),
+                (format!("{p}.self_attn.o_proj"), &a.o_proj),
+                (format!("{p}.mlp.gate_proj"), &m.gate_proj),
+                (format!("{p}.mlp.up_proj"), &m.up_proj),
+                (format!("{p}.mlp.down_proj"), &m.down_proj),
+            ]);
+        }
+        out
+    }
+
+    fn linears_mut(&mut self) -> Vec<(String, &mut Linear)> {
+        let mut out = Vec::new();
+        for (i, layer) in self.layers.iter_mut().enumerate() {
+            let p = format!("model.layers.{i}");
+            let a = &mut layer.self_attn;
+            let m = &mut layer.mlp;
+            out.extend([
+                (format!("{p}.self_attn.q_proj"), &mut a.q_proj),
+                (format!("{p}.self_attn.k_proj"), &mut a.k_proj),
+                (format!("{p}.self_attn.v_proj"), &mut a.v_proj),
+                (format!("{p}.self_attn.o_proj"), &mut a.o_proj),
+                (format!("{p}.mlp.gate_proj"), &mut m.gate_proj),
+                (format!("{p}.mlp.up_proj"), &mut m.up_proj),
+                (format!("{p}.mlp.down_proj"), &mut m.down_proj),
+            ]);
+        }
+        out
+    }
+
+    /// Wraps every targeted linear layer in a fresh LoRA adapter (`B = 0`, so the model's output
+    /// is unchanged). Returns how many layers were wrapped; zero is an error.
+    pub fn add_lora(&mut self, config: &LoraConfig, seed: u64) -> Result<usize> {
+        if config.rank == 0 {
+            bail!("LoRA rank must be positive");
+        }
+        let mut rng = lora::init_rng(seed);
+        let (dtype, device) = (self.dtype, self.device.clone());
+        let mut wrapped = 0;
+        for (module, linear) in self.linears_mut() {
+            if config.targets(&module) {
+                let (in_features, out_features) = linear.dims()?;
+                linear.lora = Some(LoraWeights::init(
+                    in_features,
+                    out_features,
+                    config,
+                    &mut rng,
+                    dtype,
+                    &device,
+                )?);
+                wrapped += 1;
+            }
+        }
+        if wrapped == 0 {
+            bail!(
+                "LoRA target_modules {:?} match no linear layer of Qwen3",
+                config.target_modules
+            );
+        }
+        Ok(wrapped)
+    }
+
+    /// Saves the LoRA adapters in PEFT's layout (`adapter_config.json` +
+    /// `adapter_model.safetensors`).
+    pub fn save_lora_peft(
+        &self,
+        dir: &Path,
+        config: &LoraConfig,
+        base_model_name_or_path: &str,
+    ) -> Result<()> {
+        let vars = self.lora_vars();
+        if vars.is_empty() {
+            bail!("the model has no LoRA adapters to save");
+        }
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        config.save_peft(dir, base_model_name_or_path)?;
+        let tensors: HashMap<String, Tensor> = vars
+            .into_iter()
+            .map(|(name, var)| (name, var.as_tensor().clone()))
+            .collect();
+        weights::save_file(&tensors, &dir.join(lora::ADAPTER_WEIGHTS))
+    }
+
+    /// Loads a PEFT LoRA adapter folder onto this model (replacing any adapters). Every
+    /// targeted layer must have both factors in the file, and the file must hold nothing else.
+    pub fn load_lora_peft(&mut self, dir: &Path) -> Result<LoraConfig> {
+        let config = LoraConfig::load_peft(dir)?;
+        let path = dir.join(lora::ADAPTER_WEIGHTS);
+        let mut tensors = weights::load_file(&path, self.dtype, &self.device)?;
+        let mut wrapped = 0;
+        for (module, linear) in self.linears_mut() {
+            linear.lora = None;
+            if !config.targets(&module) {
+                continue;
+            }
+            let a = weights::take(
+                &mut tensors,
+                &lora::peft_tensor_name(&module, Factor::A),
+                &path,
+            )?;
+            let b = weights::take(
+                &mut tensors,
+                &lora::peft_tensor_name(&module, Factor::B),
+                &path,
+            )?;
+            let (in_features, out_features) = linear.dims()?;
+            linear.lora = Some(
+                LoraWeights::from_tensors(a, b, in_features, out_features, &config, &module)
+                    .with_context(|| format!("in {}", path.display()))?,
+            );
+            wrapped += 1;
+        }
+        if wrapped == 0 {
+            bail!("{}: target_modules match no Qwen3 layer", path.display());
+        }
+        if !tensors.is_empty() {
+            let mut extra: Vec<_> = tensors.keys().cloned().collect();
+            extra.sort();
+            bail!(
+                "{}: tensors not used by the adapter config: {extra:?}",
+                path.display()
+            );
+        }
+        Ok(config)
+    }
+
+    /// Logits `[B, T, V]` for a whole batch of sequences `ids: [B, T]` (u32), differentiable.
+    pub fn forward(&self, ids: &Tensor) -> Result<Tensor> {
+        self.run(ids, None, ForwardMode::Train)
+    }
+
+    /// Logits `[B, T, V]` with the chosen kernels (see [`ForwardMode`]).
+    pub fn forward_mode(&self, ids: &Tensor, mode: ForwardMode) -> Result<Tensor> {
+        self.run(ids, None, mode)
+    }
+
+    /// Incremental decoding: logits `[B, T, V]` of the new tokens `ids: [B, T]` placed after the
+    /// positions already in `cache`, which is extended with their keys and values. Uses the
+    /// inference kernels (no gradient).
+    pub fn forward_with_cache(&self, ids: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
+        self.run(ids, Some(cache), ForwardMode::Inference)
+    }
+
+    /// `log p(targets[b, t] | ids[b, ..=t])`, `[B, T]` in f32, differentiable. Usually
+    /// `targets` is `ids` shifted left by one.
+    pub fn token_logprobs(&self, ids: &Tensor, targets: &Tensor) -> Result<Tensor> {
+        self.token_logprobs_mode(ids, targets, ForwardMode::Train)
+    }
+
+    /// [`Qwen3::token_logprobs`] with the chosen kernels.
+    pub fn token_logprobs_mode(
+        &self,
+        ids: &Tensor,
+        targets: &Tensor,
+        mode: ForwardMode,
+    ) -> Result<Tensor> {
+        let logits = self.forward_mode(ids, mode)?;
+        gather_logprobs(&logits, targets)
+    }
+
+    /// Log-probs of one sequence under the model: entry `i` is `log p(ids[i+1] | ids[..=i])`,
+    /// so there are `ids.len() - 1` of them. Inference kernels.
+    pub fn score_sequence(&self, ids: &[u32]) -> Result<Vec<f32>> {
+        if ids.len() < 2 {
+            return Ok(Vec::new());
+        }
+        let vocab = self.config.vocab_size;
+        if let Some(bad) = ids.iter().find(|&&id| id as usize >= vocab) {
+            bail!("token id {bad} is outside the model's vocabulary ({vocab})");
+        }
+        let n = ids.len();
+        let inputs = Tensor::from_slice(&ids[..n - 1], (1, n - 1), &self.device)?;
+        let targets = Tensor::from_slice(&ids[1..], (1, n - 1), &self.device)?;
+        let logprobs = self.token_logprobs_mode(&inputs, &targets, ForwardMode::Inference)?;
+        Ok(logprobs.squeeze(0)?.to_vec1::<f32>()?)
+    }
+
+    fn run(&self, ids: &Tensor, cache: Option<&mut KvCache>, mode: ForwardMode) -> Result<Tensor> {
+        let (batch, seq) = ids
+            .dims2()
+            .context("Qwen3 input ids must have shape [batch, seq]")?;
+        if seq == 0 {
+            bail!("Qwen3 input has no tokens");
+        }
+        let offset = cache.as_ref().map_or(0, |c| c.len);
+        let (cos, sin) = self.rotary_tables(offset, seq)?;
+        let mask = if seq > 1 {
+            Some(causal_mask(seq, offset, self.dtype, &self.device)?)
+        } else {
+            None
+        };
+        let flat_ids = ids.flatten_all()?;
+        let mut hidden = self.embed_tokens.index_select(&flat_ids, 0)?; // [B*T, H]
+        let mut cache = cache;
+        if let Some(cache) = cache.as_deref_mut() {
+            if cache.layers.len() != self.layers.len() {
+                cache.layers = vec![None; self.layers.len()];
+            }
+        }
+        for (index, layer) in self.layers.iter().enumerate() {
+            let layer_cache = cache.as_deref_mut().map(|c| &mut c.layers[index]);
+            hidden = self.decoder_layer(
+                layer,
+                &hidden,
+                (batch, seq),
+                (&cos, &sin),
+                mask.as_ref(),
+                layer_cache,
+                mode,
+            )?;
+        }
+        if let Some(cache) = cache {
+            cache.len += seq;
+        }
+        let hidden = self.rms_norm(&hidden, &self.norm, mode)?;
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
+        let logits = hidden.matmul(&head.t()?)?;
+        Ok(logits.reshape((batch, seq, self.config.vocab_size))?)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn decoder_layer(
+        &self,
+        layer: &DecoderLayer,
+        hidden: &Tensor,
+        (batch, seq): (usize, usize),
+        rotary: (&Tensor, &Tensor),
+        mask: Option<&Tensor>,
+        cache: Option<&mut Option<(Tensor, Tensor)>>,
+        mode: ForwardMode,
+    ) -> Result<Tensor> {
+        let normed = self.rms_norm(hidden, &layer.input_layernorm, mode)?;
+        let attended = self.attention(
+            &layer.self_attn,
+            &normed,
+            (batch, seq),
+            rotary,
+            mask,
+            cache,
+            mode,
+        )?;
+        let hidden = (hidden + attended)?;
+        let normed = self.rms_norm(&hidden, &layer.post_attention_layernorm, mode)?;
+        let mlp = &layer.mlp;
+        let gate = mlp.gate_proj.forward(&normed)?.silu()?;
+        let up = mlp.up_proj.forward(&normed)?;
+        let down = mlp.down_proj.forward(&(gate * up)?)?;
+        Ok((hidden + down)?)
+    }
+
+    /// Grouped-query attention on `x: [B*T, H]`. Query heads are grouped by the key/value head
+    /// they share (head `h` uses kv head `h / group`, as transformers' `repeat_kv`), and each
+    /// group is one matmul, so keys and values are never copied per query head.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &self,
+        attn: &Attention,
+        x: &Tensor,
+        (batch, seq): (usize, usize),
+        (cos, sin): (&Tensor, &Tensor),
+        mask: Option<&Tensor>,
+        cache: Option<&mut Option<(Tensor, Tensor)>>,
+        mode: ForwardMode,
+    ) -> Result<Tensor> {
+        let c = &self.config;
+        let (n_q, n_kv, head_dim) = (c.num_attention_heads, c.num_key_value_heads, c.head_dim);
+        let group = n_q / n_kv;
+        let q = attn
+            .q_proj
+            .forward(x)?
+            .reshape((batch, seq, n_q, head_dim))?;
+        let k = attn
+            .k_proj
+            .forward(x)?
+            .reshape((batch, seq, n_kv, head_dim))?;
+        let v = attn
+            .v_proj
+            .forward(x)?
+            .reshape((batch, seq, n_kv, head_dim))?;
+        // Per-head RMSNorm before RoPE (Qwen3's q_norm / k_norm).
+        let q = self.rms_norm(&q, &attn.q_norm, mode)?;
+        let k = self.rms_norm(&k, &attn.k_norm, mode)?;
+        let q = apply_rotary(&q, cos, sin, mode)?
+            .transpose(1, 2)?
+            .contiguous()?;
+        let k = apply_rotary(&k, cos, sin, mode)?
+            .transpose(1, 2)?
+            .contiguous()?;
+        let v = v.transpose(1, 2)?.contiguous()?;
+        let (k, v) = match cache {
+            None => (k, v),
+            Some(slot) => {
+                let (k, v) = match slot.take() {
+                    None => (k, v),
+                    Some((past_k, past_v)) => (
+                        Tensor::cat(&[&past_k, &k], 2)?,
+                        Tensor::cat(&[&past_v, &v], 2)?,
+                    ),
+                };
+                *slot = Some((k.clone(), v.clone()));
+                (k, v)
+            }
+        };
+        let total = k.dim(2)?;
+        // [B, n_q, T, d] → [B, n_kv, group*T, d]: the query heads sharing one kv head.
+        let q = q.reshape((batch, n_kv, group * seq, head_dim))?;
+        let scale = 1.0 / (head_dim as f64).sqrt();
+        let scores = (q.matmul(&k.t()?)? * scale)?; // [B, n_kv, group*T, S]
+        let scores = match mask {
+            None => scores,
+            Some(mask) => scores
+                .reshape((batch, n_kv, group, seq, total))?
+                .broadcast_add(mask)?
+                .reshape((batch, n_kv, group * seq, total))?,
+        };
+        let probs = softmax_last(&scores, mode)?;
+        let out = probs.matmul(&v)?; // [B, n_kv, group*T, d]
+        let out = out
+            .reshape((batch, n_q, seq, head_dim))?
+            .transpose(1, 2)?
+            .reshape((batch * seq, n_q * head_dim))?;
+        attn.o_proj.forward(&out)
+    }
+
+    /// RMSNorm over the last dimension, computed in f32 like transformers' `Qwen3RMSNorm`.
+    fn rms_norm(&self, x: &Tensor, weight: &Tensor, mode: ForwardMode) -> Result<Tensor> {
+        let eps = self.config.rms_norm_eps as f32;
+        Ok(match mode {
+            ForwardMode::Train => candle_nn::ops::rms_norm_slow(x, weight, eps)?,
+            ForwardMode::Inference => candle_nn::ops::rms_norm(&x.contiguous()?, weight, eps)?,
+        })
+    }
+
+    /// cos and sin of the rotary angles for positions `offset..offset+seq`, `[seq, head_dim/2]`.
+    fn rotary_tables(&self, offset: usize, seq: usize) -> Result<(Tensor, Tensor)> {
+        let half = self.inv_freq.len();
+        let mut cos = Vec::with_capacity(seq * half);
+        let mut sin = Vec::with_capacity(seq * half);
+        for position in offset..offset + seq {
+            for &freq in &self.inv_freq {
+                let angle = position as f32 * freq;
+                cos.push(angle.cos());
+                sin.push(angle.sin());
+            }
+        }
+        let cos = Tensor::from_vec(cos, (seq, half), &self.device)?.to_dtype(self.dtype)?;
+        let sin = Tensor::from_vec(sin, (seq, half), &self.device)?.to_dtype(self.dtype)?;
+        Ok((cos, sin))
+    }
+}
+
+/// `log_softmax(logits)[targets]` in f32: `[B, T, V]`, `[B, T]` → `[B, T]`.
+pub fn gather_logprobs(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+    let logits = logits.to_dtype(DType::F32)?;
+    // Subtracting the (detached) row max changes nothing mathematically and keeps exp finite.
+    let max = logits.max_keepdim(D::Minus1)?.detach();
+    let shifted = logits.broadcast_sub(&max)?;
+    let log_norm = shifted.exp()?.sum_keepdim(D::Minus1)?.log()?;
+    let picked = shifted.gather(&targets.unsqueeze(D::Minus1)?, D::Minus1)?;
+    Ok((picked - log_norm)?.squeeze(D::Minus1)?)
+}
+
+/// Softmax over the last dimension, in f32 for half-precision inputs (as transformers does).
+fn softmax_last(x: &Tensor, mode: ForwardMode) -> Result<Tensor> {
+    let dtype = x.dtype();
+    let x32 = x.to_dtype(DType::F32)?;
+    let probs = match mode {
+        ForwardMode::Train => candle_nn::ops::softmax(&x32, D::Minus1)?,
+        ForwardMode::Inference => candle_nn::ops::softmax_last_dim(&x32.contiguous()?)?,
+    };
+    Ok(probs.to_dtype(dtype)?)
+}
+
+/// RoPE (rotate-half convention) on `x: [B, T, heads, head_dim]` with tables `[T, head_dim/2]`.
+fn apply_rotary(x: &Tensor, cos: &Tensor, sin: &Tensor, mode: ForwardMode) -> Result<Tensor> {
+    match mode {
+        ForwardMode::Inference => Ok(candle_nn::rotary_emb::rope_thd(&x.contiguous()?, cos, sin)?),
+        ForwardMode::Train => {
+            let (_, seq, _, head_dim) = x.dims4()?;
+            let half = head_dim / 2;
+            let cos = Tensor::cat(&[cos, cos], D::Minus1)?.reshape((1, seq, 1, head_dim))?;
+            let sin = Tensor::cat(&[sin, sin], D::Minus1)?.reshape((1, seq, 1, head_dim))?;
+            let first = x.narrow(D::Minus1, 0, half)?;
+            let second = x.narrow(D::Minus1, half, half)?;
+            let rotated = Tensor::cat(&[&second.neg()?, &first], D::Minus1)?;
+            Ok((x.broadcast_mul(&cos)? + rotated.broadcast_mul(&sin)?)?)
+        }
+    }
+}
+
+/// Additive causal mask `[T, offset+T]`: query `i` (at position `offset+i`) sees keys
+/// `0..=offset+i`.
+fn causal_mask(seq: usize, offset: usize, dtype: DType, device: &Device) -> Result<Tensor> {
+    let total = offset + seq;
+    let values: Vec<f32> = (0..seq)
+        .flat_map(|i| {
+            (0..total).map(move |j| {
+                if j > offset + i {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                }
+            })
+        })
+        .collect();
+    Ok(Tensor::from_vec(values, (seq, total), device)?.to_dtype(dtype)?)
+}

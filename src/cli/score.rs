@@ -1,0 +1,110 @@
+//! `agentrl score --model DIR --input FILE.jsonl`: per-token log-probs of a Qwen3 model folder
+//! on given inputs, one JSON line out per JSON line in.
+//!
+//! Each input line is `{"text": "..."}` (tokenized with no special tokens added) or
+//! `{"messages": [...], "tools": [...]}` (rendered with the folder's own chat template, no
+//! generation prompt, then tokenized). The output line is `{"ids": [...], "logprobs": [...]}`
+//! where `logprobs[i] = log p(ids[i+1] | ids[..=i])`, so it has `len(ids) - 1` entries. The model
+//! runs in its inference mode (no gradients).
+
+use std::io::{BufRead, BufWriter, Write};
+use std::path::PathBuf;
+
+use agentrl_chat::qwen::QwenTokenizer;
+use agentrl_chat::template::{ChatTemplate, RenderOptions};
+use agentrl_model::qwen3::{LoadOptions, Qwen3};
+use anyhow::{bail, Context, Result};
+use candle_core::DType;
+use clap::Args;
+
+#[derive(Debug, Args)]
+pub struct ScoreArgs {
+    /// HF model folder: config.json, safetensors (single or sharded), tokenizer files.
+    #[arg(long)]
+    pub model: String,
+    /// JSONL file: one `{"text": ...}` or `{"messages": [...], "tools": [...]}` per line.
+    #[arg(long)]
+    pub input: PathBuf,
+    /// Compute dtype: f32 or bf16.
+    #[arg(long, default_value = "f32")]
+    pub dtype: String,
+}
+
+/// How one input line becomes token ids.
+struct Encoder {
+    tokenizer: QwenTokenizer,
+    /// Loaded on first use, so text-only inputs need no chat template in the folder.
+    template: Option<ChatTemplate>,
+    model_dir: PathBuf,
+}
+
+impl Encoder {
+    fn encode(&mut self, line: &serde_json::Value) -> Result<Vec<u32>> {
+        if let Some(text) = line.get("text") {
+            let text = text.as_str().context("`text` must be a string")?;
+            return Ok(self.tokenizer.encode(text, false)?);
+        }
+        let Some(messages) = line.get("messages") else {
+            bail!("expected an object with `text` or `messages`");
+        };
+        let messages = messages.as_array().context("`messages` must be a list")?;
+        let tools = match line.get("tools") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(tools) => Some(tools.as_array().context("`tools` must be a list")?),
+        };
+        if self.template.is_none() {
+            self.template = Some(ChatTemplate::from_model_dir(&self.model_dir)?);
+        }
+        let template = self.template.as_ref().context("chat template not loaded")?;
+        let text = template.render(
+            messages,
+            tools.map(|t| t.as_slice()),
+            RenderOptions {
+                add_generation_prompt: false,
+                enable_thinking: true,
+            },
+        )?;
+        Ok(self.tokenizer.encode(&text, false)?)
+    }
+}
+
+pub fn score(args: ScoreArgs) -> Result<()> {
+    let dtype = match args.dtype.as_str() {
+        "f32" => DType::F32,
+        "bf16" => DType::BF16,
+        other => bail!("--dtype must be f32 or bf16, got {other:?}"),
+    };
+    let options = LoadOptions {
+        dtype,
+        ..LoadOptions::default()
+    };
+    let model_dir = super::chat::resolve_model_dir(&args.model)?;
+    let model = Qwen3::load(&model_dir, &options)
+        .with_context(|| format!("loading the model from {}", model_dir.display()))?;
+    let mut encoder = Encoder {
+        tokenizer: QwenTokenizer::from_dir(&model_dir)?,
+        template: None,
+        model_dir,
+    };
+    let file = std::fs::File::open(&args.input)
+        .with_context(|| format!("opening {}", args.input.display()))?;
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    for (index, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let at = format!("{}:{}", args.input.display(), index + 1);
+        let line = line.with_context(|| format!("reading {at}"))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let value: serde_json::Value =
+            serde_json::from_str(&line).with_context(|| format!("{at}: not JSON"))?;
+        let ids = encoder.encode(&value).with_context(|| at.clone())?;
+        let logprobs = model
+            .score_sequence(&ids)
+            .with_context(|| format!("{at}: scoring"))?;
+        let record = serde_json::json!({ "ids": ids, "logprobs": logprobs });
+        writeln!(out, "{record}")?;
+        out.flush()?;
+    }
+    Ok(())
+}

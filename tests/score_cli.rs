@@ -1,0 +1,159 @@
+//! `agentrl score` end to end: a tiny random Qwen3 with the real Qwen3 vocabulary size, saved as
+//! an HF folder next to the shared tokenizer and template, scored through the binary; the
+//! output is checked against the tokenizer, the template and the differentiable forward pass.
+
+use std::process::Command;
+
+use agentrl_chat::qwen::QwenTokenizer;
+use agentrl_chat::template::{ChatTemplate, RenderOptions};
+use agentrl_model::qwen3::{LoadOptions, Qwen3, Qwen3Config};
+use candle_core::{Device, Tensor};
+
+fn tiny_config() -> Qwen3Config {
+    Qwen3Config {
+        vocab_size: 151_936,
+        hidden_size: 16,
+        intermediate_size: 32,
+        num_hidden_layers: 2,
+        num_attention_heads: 4,
+        num_key_value_heads: 2,
+        head_dim: 8,
+        rms_norm_eps: 1e-6,
+        rope_theta: 1_000_000.0,
+        tie_word_embeddings: true,
+        max_position_embeddings: 4096,
+    }
+}
+
+/// Log-probs of `ids[1..]` from the differentiable (training) forward pass.
+fn reference_logprobs(model: &Qwen3, ids: &[u32]) -> Vec<f32> {
+    let n = ids.len();
+    let inputs = Tensor::from_slice(&ids[..n - 1], (1, n - 1), &Device::Cpu).unwrap();
+    let targets = Tensor::from_slice(&ids[1..], (1, n - 1), &Device::Cpu).unwrap();
+    let lp = model.token_logprobs(&inputs, &targets).unwrap();
+    lp.squeeze(0).unwrap().to_vec1().unwrap()
+}
+
+fn as_u32s(value: &serde_json::Value) -> Vec<u32> {
+    value
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect()
+}
+
+fn assets() -> std::path::PathBuf {
+    agentrl_chat::find_qwen3_assets().expect(
+        "shared Qwen3 assets not found: put shared/ beside the workspace or set AGENTRL_QWEN3_DIR",
+    )
+}
+
+fn run_score(model_dir: &std::path::Path, input: &std::path::Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_agentrl"))
+        .args(["score", "--model"])
+        .arg(model_dir)
+        .arg("--input")
+        .arg(input)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn score_prints_ids_and_next_token_logprobs_for_text_and_chat_lines() {
+    let assets = assets();
+    let dir = tempfile::tempdir().unwrap();
+    let model = Qwen3::random(tiny_config(), 5, 0.5, &LoadOptions::default()).unwrap();
+    model.save(dir.path()).unwrap();
+    for file in ["tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(assets.join(file), dir.path().join(file)).unwrap();
+    }
+    let messages = serde_json::json!([
+        {"role": "user", "content": "Fix add() in calc.py"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"type": "function", "function": {"name": "read", "arguments": {"path": "calc.py"}}}]},
+        {"role": "tool", "content": "def add(a, b):\n    return a - b\n"},
+        {"role": "assistant", "content": "Done."}
+    ]);
+    let tools = serde_json::json!([{"type": "function", "function": {
+        "name": "read", "description": "Read a file",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]);
+    let text = "def add(a, b):\n    return a + b  # ünïcode → ok";
+    let input = dir.path().join("input.jsonl");
+    std::fs::write(
+        &input,
+        format!(
+            "{}\n{}\n",
+            serde_json::json!({"text": text}),
+            serde_json::json!({"messages": messages, "tools": tools})
+        ),
+    )
+    .unwrap();
+
+    let output = run_score(dir.path(), &input);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "score failed: {stderr}");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+
+    let tokenizer = QwenTokenizer::from_dir(&assets).unwrap();
+    let template = ChatTemplate::from_model_dir(&assets).unwrap();
+    let rendered = template
+        .render(
+            messages.as_array().unwrap(),
+            Some(tools.as_array().unwrap()),
+            RenderOptions::default(),
+        )
+        .unwrap();
+    assert!(!rendered.ends_with("<|im_start|>assistant\n"));
+    let expected_ids = [
+        tokenizer.encode(text, false).unwrap(),
+        tokenizer.encode(&rendered, false).unwrap(),
+    ];
+    let loaded = Qwen3::load(dir.path(), &LoadOptions::default()).unwrap();
+    for (line, expected) in lines.iter().zip(&expected_ids) {
+        let ids = as_u32s(&line["ids"]);
+        assert_eq!(&ids, expected);
+        let logprobs: Vec<f32> = line["logprobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() as f32)
+            .collect();
+        assert_eq!(logprobs.len(), ids.len() - 1);
+        let reference = reference_logprobs(&loaded, &ids);
+        for (ours, theirs) in logprobs.iter().zip(&reference) {
+            assert!((ours - theirs).abs() <= 1e-4, "{ours} vs {theirs}");
+            assert!(*ours < 0.0);
+        }
+    }
+    // The chat line really went through the template: it starts with <|im_start|>.
+    assert_eq!(
+        as_u32s(&lines[1]["ids"])[0],
+        tokenizer.token_id("<|im_start|>").unwrap()
+    );
+}
+
+#[test]
+fn score_names_the_bad_line() {
+    let assets = assets();
+    let dir = tempfile::tempdir().unwrap();
+    let model = Qwen3::random(tiny_config(), 1, 0.5, &LoadOptions::default()).unwrap();
+    model.save(dir.path()).unwrap();
+    std::fs::copy(
+        assets.join("tokenizer.json"),
+        dir.path().join("tokenizer.json"),
+    )
+    .unwrap();
+    let input = dir.path().join("bad.jsonl");
+    std::fs::write(&input, "{\"text\": \"ok\"}\n{\"neither\": 1}\n").unwrap();
+    let output = run_score(dir.path(), &input);
+    assert!(!output.status.success());
+    assert_eq!(String::from_utf8_lossy(&output.stdout).lines().count(), 1);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("bad.jsonl:2"), "{stderr}");
+}
