@@ -4,4 +4,6 @@
 //! ([`agentrl_rl`]), chat formats ([`agentrl_chat`]) and policies ([`agentrl_model`]) are
 //! workspace crates; this crate holds what composes them: the command line.
 
+pub mod algo;
 pub mod cli;
+pub mod train;
