@@ -1,0 +1,644 @@
+//! TinyAgent: a small causal transformer policy with a value head, in candle.
+//!
+//! Data flow: the tiny renderer (`agentrl_chat::tiny`) turns gym observations into symbol ids;
+//! the local engine (`agentrl::engine`) samples action tokens from [`TinyAgent::forward_step`]
+//! with a [`KvCache`]; the trainer recomputes log-probs and values with [`TinyAgent::forward`]
+//! over the exact sampled tokens. Both paths share the same block code, so their log-probs agree
+//! to float rounding.
+//!
+//! Architecture: token embedding + learned positions, `n_layers` pre-norm blocks (RMSNorm,
+//! causal multi-head self-attention, GELU MLP), a final RMSNorm, an LM head and a value head
+//! (`V(s_t)`, a linear map of the final hidden state, ALGORITHMS.md §2).
+//!
+//! Only differentiable ops are used (`ops::softmax`, `RmsNorm::forward_diff`): candle's fused
+//! `softmax_last_dim` / `rms_norm` record no backward pass and would silently starve the weights
+//! upstream of gradient (shared/DESIGN.md, "candle"). The test
+//! `every_parameter_gets_a_finite_nonzero_gradient` guards this.
+//!
+//! Weights live in one [`VarMap`] and are initialised from a seeded ChaCha generator (candle's
+//! CPU RNG cannot be seeded), so the same seed always gives the same model.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::Context as _;
+use candle_core::{DType, Device, Module, Tensor, Var, D};
+use candle_nn::{Linear, RmsNorm, VarMap};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::policy::{Policy, PolicyOutput};
+
+/// TinyAgent's shape. Defaults are sized for a 2-core CPU: about 110k parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TinyConfig {
+    /// Output/input vocabulary size (set from the tiny tokenizer).
+    pub vocab_size: usize,
+    pub d_model: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    /// MLP hidden width = `mlp_ratio * d_model`.
+    pub mlp_ratio: usize,
+    /// Longest sequence (number of learned positions).
+    pub max_seq: usize,
+    pub rms_eps: f64,
+}
+
+impl Default for TinyConfig {
+    fn default() -> Self {
+        Self {
+            vocab_size: 320,
+            d_model: 64,
+            n_layers: 2,
+            n_heads: 4,
+            mlp_ratio: 4,
+            max_seq: 512,
+            rms_eps: 1e-5,
+        }
+    }
+}
+
+impl TinyConfig {
+    /// Checks that the shape makes sense; names the field at fault.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(self.vocab_size > 0, "tiny config: vocab_size must be > 0");
+        anyhow::ensure!(self.d_model > 0, "tiny config: d_model must be > 0");
+        anyhow::ensure!(self.n_layers > 0, "tiny config: n_layers must be > 0");
+        anyhow::ensure!(
+            self.n_heads > 0 && self.d_model % self.n_heads == 0,
+            "tiny config: n_heads ({}) must be > 0 and divide d_model ({})",
+            self.n_heads,
+            self.d_model
+        );
+        anyhow::ensure!(self.mlp_ratio > 0, "tiny config: mlp_ratio must be > 0");
+        anyhow::ensure!(self.max_seq > 0, "tiny config: max_seq must be > 0");
+        anyhow::ensure!(self.rms_eps > 0.0, "tiny config: rms_eps must be > 0");
+        Ok(())
+    }
+
+    pub fn head_dim(&self) -> usize {
+        self.d_model / self.n_heads
+    }
+}
+
+/// `x [N, in] @ w[out, in]^T`, on a 2-D view so candle runs one GEMM for the whole batch.
+fn dense(x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
+    let dims = x.dims().to_vec();
+    let (last, lead) = dims.split_last().expect("dense input has at least one dim");
+    let rows: usize = lead.iter().product();
+    let out = w.dim(0)?;
+    let y = x.reshape((rows, *last))?.matmul(&w.t()?)?;
+    let mut out_dims = lead.to_vec();
+    out_dims.push(out);
+    y.reshape(out_dims)
+}
+
+struct Block {
+    norm_attn: RmsNorm,
+    qkv: Tensor,
+    attn_out: Tensor,
+    norm_mlp: RmsNorm,
+    mlp_up: Tensor,
+    mlp_down: Tensor,
+}
+
+impl Block {
+    /// One pre-norm block. `mask` is additive `[B or 1, 1, T_new, T_keys]`; `cache` holds this
+    /// layer's keys/values `[B, H, S, Dh]` from earlier calls and is extended with the new ones.
+    fn forward(
+        &self,
+        x: &Tensor,
+        mask: &Tensor,
+        cache: Option<&mut Option<(Tensor, Tensor)>>,
+        cfg: &TinyConfig,
+    ) -> candle_core::Result<Tensor> {
+        let (b, t, d) = x.dims3()?;
+        let (h, dh) = (cfg.n_heads, cfg.head_dim());
+        let normed = self.norm_attn.forward_diff(x)?;
+        let qkv = dense(&normed, &self.qkv)?
+            .reshape((b, t, 3, h, dh))?
+            .permute((2, 0, 3, 1, 4))?;
+        let q = qkv.get(0)?.contiguous()?;
+        let mut k = qkv.get(1)?.contiguous()?;
+        let mut v = qkv.get(2)?.contiguous()?;
+        if let Some(slot) = cache {
+            if let Some((k_old, v_old)) = slot.as_ref() {
+                k = Tensor::cat(&[k_old, &k], 2)?;
+                v = Tensor::cat(&[v_old, &v], 2)?;
+            }
+            *slot = Some((k.clone(), v.clone()));
+        }
+        let scale = 1.0 / (dh as f64).sqrt();
+        let scores = (q.matmul(&k.t()?)? * scale)?.broadcast_add(mask)?;
+        let probs = candle_nn::ops::softmax(&scores, D::Minus1)?;
+        let ctx = probs
+            .matmul(&v)?
+            .transpose(1, 2)?
+            .contiguous()?
+            .reshape((b, t, d))?;
+        let x = (x + dense(&ctx, &self.attn_out)?)?;
+        let normed = self.norm_mlp.forward_diff(&x)?;
+        let hidden = dense(&normed, &self.mlp_up)?.gelu()?;
+        x + dense(&hidden, &self.mlp_down)?
+    }
+}
+
+/// Keys and values of earlier tokens, per layer, for a batch of independent sequences.
+///
+/// Rows advance together one "slot" per fed token, but each row may feed a different number of
+/// real tokens per call (a ragged batch: e.g. observations of different lengths). Slots a row
+/// did not use are marked invalid and masked out of attention, and each row keeps its own
+/// position counter, so a row's results do not depend on what the other rows did.
+#[derive(Debug, Clone)]
+pub struct KvCache {
+    layers: Vec<Option<(Tensor, Tensor)>>,
+    /// `slot_valid[row][slot]`: that slot holds a real token of that row.
+    slot_valid: Vec<Vec<bool>>,
+    /// Real tokens fed so far per row (= next position).
+    positions: Vec<usize>,
+}
+
+impl KvCache {
+    /// An empty cache for `rows` sequences.
+    pub fn new(cfg: &TinyConfig, rows: usize) -> Self {
+        Self {
+            layers: vec![None; cfg.n_layers],
+            slot_valid: vec![Vec::new(); rows],
+            positions: vec![0; rows],
+        }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.positions.len()
+    }
+
+    /// Number of real tokens row `row` has fed (its next position).
+    pub fn position(&self, row: usize) -> usize {
+        self.positions[row]
+    }
+
+    /// Slots used so far (real tokens plus padding of the longest row).
+    pub fn slots(&self) -> usize {
+        self.slot_valid.first().map_or(0, Vec::len)
+    }
+
+    /// Keeps only the rows listed in `keep` (in that order), e.g. to drop finished episodes.
+    pub fn retain_rows(&mut self, keep: &[usize]) -> candle_core::Result<()> {
+        for &row in keep {
+            if row >= self.rows() {
+                candle_core::bail!("retain_rows: row {row} out of range {}", self.rows());
+            }
+        }
+        if keep.is_empty() {
+            self.layers.iter_mut().for_each(|l| *l = None);
+        } else {
+            let device = match self.layers.iter().flatten().next() {
+                Some((k, _)) => k.device().clone(),
+                None => Device::Cpu,
+            };
+            let index = Tensor::from_vec(
+                keep.iter().map(|&r| r as u32).collect::<Vec<_>>(),
+                keep.len(),
+                &device,
+            )?;
+            for layer in self.layers.iter_mut().flatten() {
+                layer.0 = layer.0.index_select(&index, 0)?;
+                layer.1 = layer.1.index_select(&index, 0)?;
+            }
+        }
+        self.slot_valid = keep.iter().map(|&r| self.slot_valid[r].clone()).collect();
+        self.positions = keep.iter().map(|&r| self.positions[r]).collect();
+        Ok(())
+    }
+}
+
+/// The TinyAgent policy.
+pub struct TinyAgent {
+    cfg: TinyConfig,
+    varmap: VarMap,
+    device: Device,
+    tok_emb: Tensor,
+    pos_emb: Tensor,
+    blocks: Vec<Block>,
+    norm_final: RmsNorm,
+    lm_head: Tensor,
+    value_head: Linear,
+}
+
+impl TinyAgent {
+    /// A freshly initialised model; the same `seed` gives the same weights.
+    ///
+    /// Linear weights are uniform in `±1/sqrt(fan_in)` (PyTorch's `nn.Linear` bound), output
+    /// projections of residual branches are scaled by `1/sqrt(2·n_layers)` (GPT-2), embeddings
+    /// and the LM head start small so the initial policy is close to uniform.
+    pub fn new(cfg: TinyConfig, seed: u64, device: &Device) -> anyhow::Result<Self> {
+        cfg.validate()?;
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let varmap = VarMap::new();
+        let d = cfg.d_model;
+        let hidden = cfg.mlp_ratio * d;
+        let residual_scale = 1.0 / ((2 * cfg.n_layers) as f32).sqrt();
+        let mut add = |name: String, shape: &[usize], bound: f32| -> anyhow::Result<()> {
+            let n: usize = shape.iter().product();
+            let values: Vec<f32> = if bound == 0.0 {
+                vec![0.0; n]
+            } else if bound < 0.0 {
+                vec![-bound; n] // a constant (norm weights)
+            } else {
+                (0..n).map(|_| rng.random_range(-bound..bound)).collect()
+            };
+            let tensor = Tensor::from_vec(values, shape, device)?;
+            let var = Var::from_tensor(&tensor)?;
+            varmap
+                .data()
+                .lock()
+                .map_err(|_| anyhow::anyhow!("tiny model: var map lock poisoned"))?
+                .insert(name, var);
+            Ok(())
+        };
+        let lin = |fan_in: usize| 1.0 / (fan_in as f32).sqrt();
+        add("tok_emb.weight".into(), &[cfg.vocab_size, d], 0.1)?;
+        add("pos_emb.weight".into(), &[cfg.max_seq, d], 0.1)?;
+        for layer in 0..cfg.n_layers {
+            let p = format!("blocks.{layer}");
+            add(format!("{p}.norm_attn.weight"), &[d], -1.0)?;
+            add(format!("{p}.attn.qkv.weight"), &[3 * d, d], lin(d))?;
+            add(
+                format!("{p}.attn.out.weight"),
+                &[d, d],
+                lin(d) * residual_scale,
+            )?;
+            add(format!("{p}.norm_mlp.weight"), &[d], -1.0)?;
+            add(format!("{p}.mlp.up.weight"), &[hidden, d], lin(d))?;
+            add(
+                format!("{p}.mlp.down.weight"),
+                &[d, hidden],
+                lin(hidden) * residual_scale,
+            )?;
+        }
+        add("norm_final.weight".into(), &[d], -1.0)?;
+        add(
+            "lm_head.weight".into(),
+            &[cfg.vocab_size, d],
+            0.1 * lin(d),
+        )?;
+        add("value_head.weight".into(), &[1, d], lin(d))?;
+        add("value_head.bias".into(), &[1], 0.0)?;
+        Self::from_varmap(cfg, varmap, device)
+    }
+
+    /// Loads weights saved by [`TinyAgent::save`]; `cfg` must match the saved shapes.
+    pub fn load(cfg: TinyConfig, path: &Path, device: &Device) -> anyhow::Result<Self> {
+        let mut model = Self::new(cfg, 0, device)?;
+        model
+            .varmap
+            .load(path)
+            .with_context(|| format!("loading TinyAgent weights from {}", path.display()))?;
+        Ok(model)
+    }
+
+    /// Writes all weights to one safetensors file (names as in [`TinyAgent::named_vars`]).
+    pub fn save(&self, path: &Path) -> anyhow::Result<()> {
+        self.varmap
+            .save(path)
+            .with_context(|| format!("saving TinyAgent weights to {}", path.display()))
+    }
+
+    fn from_varmap(cfg: TinyConfig, varmap: VarMap, device: &Device) -> anyhow::Result<Self> {
+        let vars = {
+            let data = varmap
+                .data()
+                .lock()
+                .map_err(|_| anyhow::anyhow!("tiny model: var map lock poisoned"))?;
+            data.iter()
+                .map(|(name, var)| (name.clone(), var.as_tensor().clone()))
+                .collect::<BTreeMap<_, _>>()
+        };
+        let get = |name: &str| -> anyhow::Result<Tensor> {
+            vars.get(name)
+                .cloned()
+                .with_context(|| format!("tiny model: missing parameter {name}"))
+        };
+        let norm = |name: &str| -> anyhow::Result<RmsNorm> { Ok(RmsNorm::new(get(name)?, cfg.rms_eps)) };
+        let blocks = (0..cfg.n_layers)
+            .map(|layer| {
+                let p = format!("blocks.{layer}");
+                Ok(Block {
+                    norm_attn: norm(&format!("{p}.norm_attn.weight"))?,
+                    qkv: get(&format!("{p}.attn.qkv.weight"))?,
+                    attn_out: get(&format!("{p}.attn.out.weight"))?,
+                    norm_mlp: norm(&format!("{p}.norm_mlp.weight"))?,
+                    mlp_up: get(&format!("{p}.mlp.up.weight"))?,
+                    mlp_down: get(&format!("{p}.mlp.down.weight"))?,
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(Self {
+            tok_emb: get("tok_emb.weight")?,
+            pos_emb: get("pos_emb.weight")?,
+            blocks,
+            norm_final: norm("norm_final.weight")?,
+            lm_head: get("lm_head.weight")?,
+            value_head: Linear::new(get("value_head.weight")?, Some(get("value_head.bias")?)),
+            cfg,
+            varmap,
+            device: device.clone(),
+        })
+    }
+
+    pub fn config(&self) -> &TinyConfig {
+        &self.cfg
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The weights' variable map (what the optimizer updates and checkpoints save).
+    pub fn varmap(&self) -> &VarMap {
+        &self.varmap
+    }
+
+    /// All trainable variables sorted by name, so optimizer state has a stable order.
+    pub fn named_vars(&self) -> Vec<(String, Var)> {
+        let data = match self.varmap.data().lock() {
+            Ok(data) => data,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let mut vars: Vec<_> = data.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        vars.sort_by(|a, b| a.0.cmp(&b.0));
+        vars
+    }
+
+    /// Number of scalar parameters.
+    pub fn num_parameters(&self) -> usize {
+        self.named_vars().iter().map(|(_, v)| v.elem_count()).sum()
+    }
+
+    fn head(&self, x: &Tensor) -> candle_core::Result<PolicyOutput> {
+        let h = self.norm_final.forward_diff(x)?;
+        let logits = dense(&h, &self.lm_head)?;
+        let values = self.value_head.forward(&h)?.squeeze(D::Minus1)?;
+        Ok(PolicyOutput { logits, values })
+    }
+
+    /// Full forward over `ids [B, T]` u32 (positions `0..T`, causal attention).
+    pub fn forward(&self, ids: &Tensor) -> candle_core::Result<PolicyOutput> {
+        let (b, t) = ids.dims2()?;
+        if t > self.cfg.max_seq {
+            candle_core::bail!(
+                "TinyAgent forward: sequence length {t} exceeds max_seq {}",
+                self.cfg.max_seq
+            );
+        }
+        let tokens = self
+            .tok_emb
+            .embedding(&ids.flatten_all()?)?
+            .reshape((b, t, self.cfg.d_model))?;
+        let pos = self.pos_emb.narrow(0, 0, t)?;
+        let mut x = tokens.broadcast_add(&pos)?;
+        let mask = causal_mask(t, &self.device)?;
+        for block in &self.blocks {
+            x = block.forward(&x, &mask, None, &self.cfg)?;
+        }
+        self.head(&x)
+    }
+
+    /// Incremental forward for sampling: feeds `ids_new [B, n]` after what `cache` holds
+    /// (every row feeds all `n` tokens) and returns logits/values for the new tokens only.
+    pub fn forward_step(
+        &self,
+        ids_new: &Tensor,
+        cache: &mut KvCache,
+    ) -> candle_core::Result<PolicyOutput> {
+        let rows: Vec<Vec<u32>> = ids_new.to_vec2::<u32>()?;
+        let refs: Vec<&[u32]> = rows.iter().map(Vec::as_slice).collect();
+        self.forward_step_ragged(&refs, cache)
+    }
+
+    /// Incremental forward where row `b` feeds `rows[b].len()` tokens (possibly none).
+    ///
+    /// Returns logits `[B, n_max, V]` and values `[B, n_max]`; for row `b` only the first
+    /// `rows[b].len()` positions are meaningful (the rest are padding).
+    pub fn forward_step_ragged(
+        &self,
+        rows: &[&[u32]],
+        cache: &mut KvCache,
+    ) -> candle_core::Result<PolicyOutput> {
+        if rows.len() != cache.rows() {
+            candle_core::bail!(
+                "forward_step: {} rows given but the cache holds {}",
+                rows.len(),
+                cache.rows()
+            );
+        }
+        let b = rows.len();
+        let n = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+        if b == 0 || n == 0 {
+            candle_core::bail!("forward_step: nothing to feed");
+        }
+        let old_slots = cache.slots();
+        let new_slots = old_slots + n;
+        let mut ids = Vec::with_capacity(b * n);
+        let mut positions = Vec::with_capacity(b * n);
+        let mut mask = vec![f32::NEG_INFINITY; b * n * new_slots];
+        for (row, tokens) in rows.iter().enumerate() {
+            let start = cache.positions[row];
+            if start + tokens.len() > self.cfg.max_seq {
+                candle_core::bail!(
+                    "forward_step: row {row} would reach position {} > max_seq {}",
+                    start + tokens.len(),
+                    self.cfg.max_seq
+                );
+            }
+            for j in 0..n {
+                let real = j < tokens.len();
+                ids.push(if real { tokens[j] } else { 0 });
+                positions.push(if real { (start + j) as u32 } else { 0 });
+                let mrow = &mut mask[(row * n + j) * new_slots..(row * n + j + 1) * new_slots];
+                if real {
+                    for (slot, &valid) in cache.slot_valid[row].iter().enumerate() {
+                        if valid {
+                            mrow[slot] = 0.0;
+                        }
+                    }
+                    for i in 0..=j {
+                        mrow[old_slots + i] = 0.0;
+                    }
+                } else {
+                    // A padding query sees only itself: harmless and never NaN.
+                    mrow[old_slots + j] = 0.0;
+                }
+            }
+            for j in 0..n {
+                cache.slot_valid[row].push(j < tokens.len());
+            }
+            cache.positions[row] += tokens.len();
+        }
+        let ids = Tensor::from_vec(ids, b * n, &self.device)?;
+        let positions = Tensor::from_vec(positions, b * n, &self.device)?;
+        let mask = Tensor::from_vec(mask, (b, 1, n, new_slots), &self.device)?;
+        let d = self.cfg.d_model;
+        let mut x = (self.tok_emb.embedding(&ids)? + self.pos_emb.embedding(&positions)?)?
+            .reshape((b, n, d))?;
+        for (block, layer_cache) in self.blocks.iter().zip(cache.layers.iter_mut()) {
+            x = block.forward(&x, &mask, Some(layer_cache), &self.cfg)?;
+        }
+        self.head(&x)
+    }
+}
+
+impl Policy for TinyAgent {
+    fn forward(&self, ids: &Tensor) -> candle_core::Result<PolicyOutput> {
+        TinyAgent::forward(self, ids)
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.cfg.vocab_size
+    }
+}
+
+/// Additive causal mask `[1, 1, T, T]`: 0 on and below the diagonal, -inf above.
+fn causal_mask(t: usize, device: &Device) -> candle_core::Result<Tensor> {
+    let mask: Vec<f32> = (0..t)
+        .flat_map(|i| (0..t).map(move |j| if j <= i { 0.0 } else { f32::NEG_INFINITY }))
+        .collect();
+    Tensor::from_vec(mask, (1, 1, t, t), device)?.to_dtype(DType::F32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::IndexOp;
+
+    fn small() -> TinyConfig {
+        TinyConfig {
+            vocab_size: 23,
+            d_model: 16,
+            n_layers: 2,
+            n_heads: 2,
+            mlp_ratio: 2,
+            max_seq: 32,
+            rms_eps: 1e-5,
+        }
+    }
+
+    fn ids(rows: &[&[u32]]) -> Tensor {
+        let t = rows[0].len();
+        let flat: Vec<u32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
+        Tensor::from_vec(flat, (rows.len(), t), &Device::Cpu).unwrap()
+    }
+
+    #[test]
+    fn forward_shapes_and_seeded_init() {
+        let model = TinyAgent::new(small(), 7, &Device::Cpu).unwrap();
+        let out = model.forward(&ids(&[&[1, 2, 3, 4], &[5, 6, 7, 8]])).unwrap();
+        assert_eq!(out.logits.dims(), &[2, 4, 23]);
+        assert_eq!(out.values.dims(), &[2, 4]);
+        let again = TinyAgent::new(small(), 7, &Device::Cpu).unwrap();
+        let other = TinyAgent::new(small(), 8, &Device::Cpu).unwrap();
+        let w = |m: &TinyAgent| m.lm_head.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert_eq!(w(&model), w(&again));
+        assert_ne!(w(&model), w(&other));
+    }
+
+    #[test]
+    fn every_parameter_gets_a_finite_nonzero_gradient() {
+        let model = TinyAgent::new(small(), 3, &Device::Cpu).unwrap();
+        let input = ids(&[&[1, 2, 3, 4, 5, 6], &[7, 8, 9, 10, 11, 12]]);
+        let out = model.forward(&input).unwrap();
+        // A policy-gradient-like loss on the log-probs plus a value loss, so that every
+        // parameter (value head included) is upstream of the scalar.
+        let logp = candle_nn::ops::log_softmax(&out.logits, D::Minus1).unwrap();
+        let weights = Tensor::arange(0f32, 23.0, &Device::Cpu).unwrap().cos().unwrap();
+        let pg = logp.broadcast_mul(&weights).unwrap().mean_all().unwrap();
+        let value = out.values.sqr().unwrap().mean_all().unwrap();
+        let loss = (pg + value).unwrap();
+        let grads = loss.backward().unwrap();
+        for (name, var) in model.named_vars() {
+            let grad = grads
+                .get(var.as_tensor())
+                .unwrap_or_else(|| panic!("no gradient for {name}"));
+            let g: Vec<f32> = grad.flatten_all().unwrap().to_vec1().unwrap();
+            assert!(g.iter().all(|x| x.is_finite()), "{name}: non-finite gradient");
+            let norm: f32 = g.iter().map(|x| x * x).sum::<f32>().sqrt();
+            assert!(norm > 0.0, "{name}: zero gradient");
+        }
+    }
+
+    #[test]
+    fn ragged_incremental_forward_matches_full_forward() {
+        let model = TinyAgent::new(small(), 11, &Device::Cpu).unwrap();
+        let seq_a: Vec<u32> = vec![1, 2, 3, 4, 5, 6, 7, 8, 9];
+        let seq_b: Vec<u32> = vec![10, 11, 12, 13, 14, 15, 16];
+        // Feed both rows in chunks of different sizes, including empty chunks.
+        let chunks_a: [&[u32]; 4] = [&seq_a[0..3], &seq_a[3..4], &seq_a[4..4], &seq_a[4..9]];
+        let chunks_b: [&[u32]; 4] = [&seq_b[0..1], &seq_b[1..5], &seq_b[5..6], &seq_b[6..7]];
+        let mut cache = KvCache::new(model.config(), 2);
+        let mut got_a = Vec::new();
+        let mut got_b = Vec::new();
+        for (ca, cb) in chunks_a.iter().zip(chunks_b.iter()) {
+            let out = model.forward_step_ragged(&[ca, cb], &mut cache).unwrap();
+            for j in 0..ca.len() {
+                got_a.push(out.logits.i((0, j)).unwrap().to_vec1::<f32>().unwrap());
+            }
+            for j in 0..cb.len() {
+                got_b.push(out.logits.i((1, j)).unwrap().to_vec1::<f32>().unwrap());
+            }
+        }
+        assert_eq!(cache.position(0), seq_a.len());
+        assert_eq!(cache.position(1), seq_b.len());
+        for (seq, got) in [(&seq_a, &got_a), (&seq_b, &got_b)] {
+            let full = model.forward(&ids(&[seq])).unwrap();
+            for (t, row) in got.iter().enumerate() {
+                let want = full.logits.i((0, t)).unwrap().to_vec1::<f32>().unwrap();
+                for (x, y) in row.iter().zip(want.iter()) {
+                    assert!((x - y).abs() < 1e-5, "position {t}: {x} vs {y}");
+                }
+            }
+        }
+        // Dropping a row keeps the other row's state intact.
+        cache.retain_rows(&[1]).unwrap();
+        let out = model.forward_step_ragged(&[&[17]], &mut cache).unwrap();
+        let mut extended = seq_b.clone();
+        extended.push(17);
+        let full = model.forward(&ids(&[&extended])).unwrap();
+        let want = full.logits.i((0, 7)).unwrap().to_vec1::<f32>().unwrap();
+        let got = out.logits.i((0, 0)).unwrap().to_vec1::<f32>().unwrap();
+        for (x, y) in got.iter().zip(want.iter()) {
+            assert!((x - y).abs() < 1e-5);
+        }
+    }
+
+    #[test]
+    fn save_then_load_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tiny.safetensors");
+        let model = TinyAgent::new(small(), 5, &Device::Cpu).unwrap();
+        model.save(&path).unwrap();
+        let loaded = TinyAgent::load(small(), &path, &Device::Cpu).unwrap();
+        let input = ids(&[&[3, 1, 4, 1, 5]]);
+        let a = model.forward(&input).unwrap().logits.flatten_all().unwrap();
+        let b = loaded.forward(&input).unwrap().logits.flatten_all().unwrap();
+        assert_eq!(a.to_vec1::<f32>().unwrap(), b.to_vec1::<f32>().unwrap());
+        let wrong = TinyConfig {
+            d_model: 32,
+            ..small()
+        };
+        assert!(TinyAgent::load(wrong, &path, &Device::Cpu).is_err());
+    }
+
+    #[test]
+    fn rejects_bad_config_and_overlong_input() {
+        let bad = TinyConfig {
+            n_heads: 3,
+            ..small()
+        };
+        assert!(TinyAgent::new(bad, 0, &Device::Cpu).is_err());
+        let model = TinyAgent::new(small(), 0, &Device::Cpu).unwrap();
+        let long = Tensor::zeros((1, 33), DType::U32, &Device::Cpu).unwrap();
+        assert!(model.forward(&long).is_err());
+    }
+}
