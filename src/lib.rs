@@ -5,5 +5,6 @@
 //! workspace crates; this crate holds what composes them: the command line.
 
 pub mod algo;
+pub mod eval;
 pub mod cli;
 pub mod train;

@@ -6,11 +6,29 @@
 //! starts from random weights, where a KL anchor to the initial policy only slows learning, so
 //! β defaults to 0 here (set `algorithm.kl_coef` to use it; the reference forward then runs).
 
+use agentrl_rl::{AdvantageEstimator, AggMode, PolicyLoss};
+
 use super::{Preset, BASE};
-use crate::train::pending_rl::AggMode;
+use crate::train::config::ResolvedAlgorithm;
 
 pub const PRESET: Preset = Preset {
     agg: AggMode::SeqMeanTokenMean,
     std_normalize: true,
     ..BASE
 };
+
+/// `Â_i = (R_i − mean_G R)/(std_G R + 1e-6)`, the same for every action token of episode `i`.
+pub fn advantage_estimator(knobs: &ResolvedAlgorithm) -> AdvantageEstimator {
+    AdvantageEstimator::Grpo {
+        norm_by_std: knobs.std_normalize,
+    }
+}
+
+/// Token-level PPO clip (with optional dual clip), `min(rÂ, clip(r, 1−ε, 1+ε)Â)`.
+pub fn policy_loss(knobs: &ResolvedAlgorithm) -> PolicyLoss {
+    PolicyLoss::PpoClip {
+        clip_low: knobs.eps_low,
+        clip_high: knobs.eps_high,
+        dual_clip: knobs.dual_clip_c,
+    }
+}

@@ -9,8 +9,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::train::config::{KlPlacement, RatioLevel};
-use crate::train::pending_rl::{AggMode, KlEstimator};
+use agentrl_rl::{AdvantageEstimator, AggMode, KlEstimator, PolicyLoss};
+
+use crate::train::config::{KlPlacement, RatioLevel, ResolvedAlgorithm};
 
 pub mod cispo;
 pub mod dapo;
@@ -123,6 +124,34 @@ impl Algorithm {
             Algorithm::Ppo => ppo::PRESET,
             Algorithm::Gspo => gspo::PRESET,
             Algorithm::Cispo => cispo::PRESET,
+        }
+    }
+
+    /// The advantage estimator of this algorithm with the resolved knobs.
+    pub fn advantage_estimator(self, knobs: &ResolvedAlgorithm) -> AdvantageEstimator {
+        match self {
+            Algorithm::Grpo => grpo::advantage_estimator(knobs),
+            Algorithm::DrGrpo => dr_grpo::advantage_estimator(knobs),
+            Algorithm::Dapo => dapo::advantage_estimator(knobs),
+            Algorithm::Rloo => rloo::advantage_estimator(knobs),
+            Algorithm::ReinforcePp => reinforce_pp::advantage_estimator(knobs),
+            Algorithm::Ppo => ppo::advantage_estimator(knobs),
+            Algorithm::Gspo => gspo::advantage_estimator(knobs),
+            Algorithm::Cispo => cispo::advantage_estimator(knobs),
+        }
+    }
+
+    /// The policy loss of this algorithm with the resolved knobs.
+    pub fn policy_loss(self, knobs: &ResolvedAlgorithm) -> PolicyLoss {
+        match self {
+            Algorithm::Grpo => grpo::policy_loss(knobs),
+            Algorithm::DrGrpo => dr_grpo::policy_loss(knobs),
+            Algorithm::Dapo => dapo::policy_loss(knobs),
+            Algorithm::Rloo => rloo::policy_loss(knobs),
+            Algorithm::ReinforcePp => reinforce_pp::policy_loss(knobs),
+            Algorithm::Ppo => ppo::policy_loss(knobs),
+            Algorithm::Gspo => gspo::policy_loss(knobs),
+            Algorithm::Cispo => cispo::policy_loss(knobs),
         }
     }
 

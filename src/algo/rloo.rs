@@ -3,9 +3,10 @@
 //! no clipping in the paper (the on-policy ratio is 1, so the PPO form equals REINFORCE);
 //! KL k1 in the reward.
 
+use agentrl_rl::{AdvantageEstimator, AggMode, KlEstimator, PolicyLoss};
+
 use super::{Preset, BASE};
-use crate::train::config::KlPlacement;
-use crate::train::pending_rl::{AggMode, KlEstimator};
+use crate::train::config::{KlPlacement, ResolvedAlgorithm};
 
 pub const PRESET: Preset = Preset {
     agg: AggMode::SeqMeanTokenSum,
@@ -14,3 +15,13 @@ pub const PRESET: Preset = Preset {
     kl_placement: KlPlacement::InReward,
     ..BASE
 };
+
+/// Leave-one-out: `A_i = R_i − mean_{j≠i} R_j` over the group (on KL-shaped rewards).
+pub fn advantage_estimator(_knobs: &ResolvedAlgorithm) -> AdvantageEstimator {
+    AdvantageEstimator::Rloo
+}
+
+/// Plain importance-weighted policy gradient `−Â·r` (r ≡ 1 on-policy: REINFORCE).
+pub fn policy_loss(_knobs: &ResolvedAlgorithm) -> PolicyLoss {
+    PolicyLoss::Vanilla
+}

@@ -13,7 +13,7 @@ use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
 use crate::algo::Algorithm;
-use crate::train::pending_rl::{AggMode, KlEstimator};
+use agentrl_rl::{AggMode, KlEstimator};
 
 /// Everything a run needs, section by section. Every section has defaults, so a file only names
 /// what it changes; `Config::default()` is `configs/default.toml` (TinyAgent + GRPO).

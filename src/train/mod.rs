@@ -8,6 +8,6 @@
 
 pub mod config;
 pub mod optim;
-pub mod pending_rl;
 pub mod run_dir;
 pub mod schedule;
+pub mod update;
