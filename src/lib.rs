@@ -5,6 +5,9 @@
 //! workspace crates; this crate holds what composes them: the command line.
 
 pub mod algo;
-pub mod eval;
+pub mod batch;
 pub mod cli;
+pub mod engine;
+pub mod episode;
+pub mod eval;
 pub mod train;

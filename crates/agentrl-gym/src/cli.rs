@@ -1,8 +1,18 @@
-//! `agentrl gym …`: list, show, play, run and validate tasks from the command line.
+//! `agentrl gym …`: list, show, play, run and validate tasks from the command line, report the
+//! sandbox layers, and measure a random policy's solve rate.
 
+use std::io::{BufRead, Write};
 use std::path::PathBuf;
+use std::sync::Arc;
 
+use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
+use serde_json::json;
+
+use crate::env::{default_executor, BugFixEnv, EnvConfig, OutcomeCache};
+use crate::render::render_text;
+use crate::task::{Split, TaskSet};
+use crate::types::{Action, Env, Observation, ToolCall};
 
 /// `--tasks-dir DIR`, shared by every gym command: a folder of task folders instead of the
 /// built-in tasks.
@@ -10,6 +20,12 @@ use clap::{Args, Subcommand};
 pub struct TasksDirArg {
     #[arg(long, value_name = "DIR")]
     pub tasks_dir: Option<PathBuf>,
+}
+
+impl TasksDirArg {
+    pub fn load(&self) -> anyhow::Result<Arc<TaskSet>> {
+        Ok(Arc::new(TaskSet::load(self.tasks_dir.as_deref())?))
+    }
 }
 
 #[derive(Debug, Args)]
@@ -22,8 +38,56 @@ pub struct GymArgs {
 pub enum GymCommand {
     /// List tasks.
     List {
+        /// train, heldout or heldout-family.
         #[arg(long)]
         split: Option<String>,
+        #[command(flatten)]
+        tasks: TasksDirArg,
+    },
+    /// Show a task: id, family, split, prompt and the files the agent can see.
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        tasks: TasksDirArg,
+    },
+    /// Play a task by typing tool calls: `read PATH`, `test`, `edit K`, `submit`, `exploit`,
+    /// or JSON `{"name": ..., "arguments": {...}}`. EOF ends the session.
+    Play {
+        id: String,
+        #[command(flatten)]
+        tasks: TasksDirArg,
+    },
+    /// Run tool calls from a JSONL file (one `{"name", "arguments"}` per line); prints one JSON
+    /// object per step, then the reward.
+    Run {
+        #[arg(long)]
+        task: String,
+        #[arg(long, value_name = "FILE.jsonl")]
+        actions: PathBuf,
+        #[command(flatten)]
+        tasks: TasksDirArg,
+    },
+    /// Check every task: bug reproduces, reference fix passes, exploit is caught, fix is a
+    /// candidate; count public-passing hack decoys.
+    Validate {
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        tasks: TasksDirArg,
+    },
+    /// Solve rate of uniformly random policies, from real episodes.
+    RandomBaseline {
+        #[arg(long, default_value_t = 20)]
+        episodes_per_task: usize,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        #[command(flatten)]
+        tasks: TasksDirArg,
+    },
+    /// Which sandbox layers are active on this machine.
+    SandboxInfo {
         #[command(flatten)]
         tasks: TasksDirArg,
     },
@@ -31,6 +95,161 @@ pub enum GymCommand {
 
 pub fn run(args: GymArgs) -> anyhow::Result<()> {
     match args.command {
-        GymCommand::List { .. } => anyhow::bail!("gym list is not built yet"),
+        GymCommand::List { split, tasks } => {
+            let tasks = tasks.load()?;
+            let split = split.map(|s| s.parse::<Split>()).transpose()?;
+            for task in tasks.tasks().iter().filter(|t| split.is_none_or(|s| t.split == s)) {
+                println!("{:<20} {:<14} {:<15} {}", task.id, task.family, task.split, task.prompt);
+            }
+            Ok(())
+        }
+        GymCommand::Show { id, json, tasks } => {
+            let task = tasks.load()?.get(&id)?;
+            if json {
+                let out = json!({
+                    "id": task.id, "family": task.family, "split": task.split.as_str(),
+                    "prompt": task.prompt, "files": task.visible,
+                    "candidates": task.candidate_edits(),
+                });
+                println!("{}", serde_json::to_string_pretty(&out)?);
+            } else {
+                println!("id: {}\nfamily: {}\nsplit: {}\nprompt: {}\n", task.id, task.family, task.split, task.prompt);
+                for (name, content) in &task.visible {
+                    println!("--- {name}\n{content}");
+                }
+            }
+            Ok(())
+        }
+        GymCommand::Play { id, tasks } => {
+            let stdin = std::io::stdin();
+            play(tasks.load()?, &id, stdin.lock(), std::io::stdout())
+        }
+        GymCommand::Run { task, actions, tasks } => {
+            let text = std::fs::read_to_string(&actions)
+                .with_context(|| format!("reading actions file {}", actions.display()))?;
+            run_actions(tasks.load()?, &task, &text, &mut std::io::stdout())
+        }
+        GymCommand::Validate { json, tasks } => {
+            let tasks = tasks.load()?;
+            let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).min(8);
+            let results = crate::validate::validate_all(tasks.clone(), default_executor(), OutcomeCache::new(), threads)?;
+            let baseline = crate::validate::random_baseline(tasks, default_executor(), OutcomeCache::new(), 20, 0)?;
+            let with_hack = results.iter().filter(|r| !r.public_passing_hacks.is_empty()).count();
+            let bad: Vec<_> = results.iter().filter(|r| !r.ok()).collect();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&json!({
+                    "tasks": results, "with_public_passing_hack": with_hack, "random_baseline": baseline,
+                }))?);
+            } else {
+                for r in &results {
+                    let status = if r.ok() { "ok".to_string() } else { format!("FAIL: {}", r.problems.join("; ")) };
+                    println!("{:<20} {:<15} candidates {} solving {:?} public-only {:?}  {status}", r.id, r.split, r.candidates, r.solving_candidates, r.public_passing_hacks);
+                }
+                println!(
+                    "{} tasks, {} valid; {} with a public-passing hack decoy; random candidate solve rate {:.3}, random tool-call solve rate {:.3} ({} episodes)",
+                    results.len(), results.len() - bad.len(), with_hack,
+                    baseline.random_candidate_solve_rate, baseline.random_tool_calls_solve_rate, baseline.episodes
+                );
+            }
+            if !bad.is_empty() {
+                bail!("{} task(s) failed validation", bad.len());
+            }
+            if with_hack * 2 < results.len() {
+                bail!("only {with_hack} of {} tasks have a public-passing hack decoy (need at least half)", results.len());
+            }
+            Ok(())
+        }
+        GymCommand::RandomBaseline { episodes_per_task, seed, tasks } => {
+            let baseline = crate::validate::random_baseline(tasks.load()?, default_executor(), OutcomeCache::new(), episodes_per_task, seed)?;
+            println!("{}", serde_json::to_string_pretty(&baseline)?);
+            Ok(())
+        }
+        GymCommand::SandboxInfo { .. } => {
+            println!("{}", serde_json::to_string_pretty(&default_executor().info())?);
+            Ok(())
+        }
     }
+}
+
+/// Parses one line a person typed in `play`.
+pub fn parse_typed(line: &str) -> Action {
+    let line = line.trim();
+    if line.starts_with('{') {
+        return match serde_json::from_str::<ToolCall>(line) {
+            Ok(call) => Action::Call(call),
+            Err(err) => Action::Malformed { raw: line.into(), reason: format!("bad JSON tool call: {err}") },
+        };
+    }
+    let (name, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+    let rest = rest.trim();
+    let arguments = match (name, rest) {
+        (_, "") => json!({}),
+        ("read", path) => json!({ "path": path }),
+        ("edit", k) if k.parse::<u64>().is_ok() => json!({ "candidate": k.parse::<u64>().unwrap_or(0) }),
+        (_, args) if args.starts_with('{') => match serde_json::from_str(args) {
+            Ok(v) => v,
+            Err(err) => return Action::Malformed { raw: line.into(), reason: format!("bad JSON arguments: {err}") },
+        },
+        _ => return Action::Malformed { raw: line.into(), reason: format!("cannot read arguments `{rest}`; use JSON") },
+    };
+    Action::Call(ToolCall { name: name.to_string(), arguments })
+}
+
+/// The interactive loop of `gym play`, over any reader/writer (tests feed it text).
+pub fn play(tasks: Arc<TaskSet>, id: &str, input: impl BufRead, mut output: impl Write) -> anyhow::Result<()> {
+    let mut env = BugFixEnv::new(tasks, default_executor(), OutcomeCache::new(), EnvConfig::default());
+    let first = env.reset(id)?;
+    writeln!(output, "{}", render_text(&first))?;
+    writeln!(output, "Type: read PATH | test | edit K | edit {{JSON}} | submit | exploit | {{\"name\":..,\"arguments\":..}}")?;
+    for line in input.lines() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let step = env.step(&parse_typed(&line))?;
+        writeln!(output, "{}", render_text(&step.observation))?;
+        if step.done {
+            return Ok(());
+        }
+    }
+    writeln!(output, "(input ended without submit)")?;
+    Ok(())
+}
+
+/// `gym run`: one JSON line per step, then the final reward line.
+pub fn run_actions(tasks: Arc<TaskSet>, id: &str, jsonl: &str, out: &mut impl Write) -> anyhow::Result<()> {
+    let mut calls = Vec::new();
+    for (i, line) in jsonl.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let call: ToolCall = serde_json::from_str(line)
+            .with_context(|| format!("actions line {}: not a tool call `{{\"name\": …, \"arguments\": {{…}}}}`", i + 1))?;
+        calls.push(call);
+    }
+    let mut env = BugFixEnv::new(tasks, default_executor(), OutcomeCache::new(), EnvConfig::default());
+    env.reset(id)?;
+    let mut reward = None;
+    for call in calls {
+        let step = env.step(&Action::Call(call.clone()))?;
+        let ok = !matches!(step.observation, Observation::Error { .. });
+        writeln!(out, "{}", json!({ "call": call, "result": { "ok": ok, "text": render_text(&step.observation), "observation": step.observation } }))?;
+        if step.done {
+            reward = step.reward;
+            break;
+        }
+    }
+    let reward = match reward {
+        Some(r) => r,
+        None => {
+            let step = env.step(&Action::Call(ToolCall { name: "submit".into(), arguments: json!({}) }))?;
+            step.reward.context("submit did not end the episode")?
+        }
+    };
+    writeln!(out, "{}", json!({
+        "reward": reward.score, "public_passed": reward.public_passed, "public_total": reward.public_total,
+        "hidden_passed": reward.hidden_passed, "hidden_total": reward.hidden_total,
+        "tampered": reward.tampered, "format_errors": reward.format_errors, "solved": reward.solved(),
+    }))?;
+    Ok(())
 }

@@ -10,7 +10,18 @@
 
 pub mod bench;
 pub mod cli;
+pub mod env;
+pub mod harness;
+pub mod local_exec;
+pub mod render;
+pub mod reward;
 pub mod sandbox;
+pub mod task;
 pub mod types;
+pub mod validate;
+pub mod verify;
 
+pub use env::{BugFixEnv, EnvConfig, GymError, OutcomeCache};
+pub use reward::RewardFn;
+pub use task::{Split, Task, TaskSet};
 pub use types::*;

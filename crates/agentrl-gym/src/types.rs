@@ -43,8 +43,13 @@ pub struct FailureInfo {
     /// Exception type name, e.g. `AssertionError`, `ZeroDivisionError`.
     pub exception: String,
     pub message: String,
-    /// Line in the module under test where the exception surfaced, if known.
+    /// Line where the exception surfaced: in the module under test when the traceback passes
+    /// through it (e.g. a `ZeroDivisionError` inside the function), else in the test file (e.g.
+    /// the `assertEqual` that failed).
     pub line: Option<u32>,
+    /// The file `line` refers to.
+    #[serde(default)]
+    pub file: Option<String>,
 }
 
 /// Structured result of running a test file.
@@ -109,6 +114,9 @@ pub enum Observation {
     Tests(TestReport),
     Edited {
         path: String,
+        /// The candidate applied, for `edit {candidate: k}`; `None` for free-form edits.
+        #[serde(default)]
+        candidate: Option<usize>,
         summary: String,
     },
     Exploited {
@@ -117,10 +125,56 @@ pub enum Observation {
     Submitted(Reward),
     /// A malformed or unknown call, or bad arguments. Counts as a format error.
     Error {
+        error: ErrorKind,
         message: String,
     },
     /// The turn limit was reached; the episode was submitted on the agent's behalf.
     TurnLimit(Reward),
+}
+
+/// Why a call was rejected. Closed, so a tiny policy can see it as one symbol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The policy's output could not be parsed as a tool call.
+    Malformed,
+    /// A tool name the environment does not know.
+    UnknownTool,
+    /// Arguments of the wrong shape or type.
+    BadArguments,
+    /// A path outside the workspace, absolute, with `..`, or in a missing directory.
+    BadPath,
+    /// The file or the `old` text was not found.
+    NotFound,
+    /// `old` occurs more than once.
+    Ambiguous,
+    /// A candidate index out of range.
+    BadCandidate,
+}
+
+impl ErrorKind {
+    /// The upper-case symbol TinyAgent sees after `ERR`.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            ErrorKind::Malformed => "MALFORMED",
+            ErrorKind::UnknownTool => "UNKNOWN_TOOL",
+            ErrorKind::BadArguments => "BAD_ARGS",
+            ErrorKind::BadPath => "BAD_PATH",
+            ErrorKind::NotFound => "NOT_FOUND",
+            ErrorKind::Ambiguous => "AMBIGUOUS",
+            ErrorKind::BadCandidate => "BAD_CANDIDATE",
+        }
+    }
+
+    pub const ALL: [ErrorKind; 7] = [
+        ErrorKind::Malformed,
+        ErrorKind::UnknownTool,
+        ErrorKind::BadArguments,
+        ErrorKind::BadPath,
+        ErrorKind::NotFound,
+        ErrorKind::Ambiguous,
+        ErrorKind::BadCandidate,
+    ];
 }
 
 /// The outcome of one step.

@@ -279,11 +279,7 @@ impl TinyAgent {
             )?;
         }
         add("norm_final.weight".into(), &[d], -1.0)?;
-        add(
-            "lm_head.weight".into(),
-            &[cfg.vocab_size, d],
-            0.1 * lin(d),
-        )?;
+        add("lm_head.weight".into(), &[cfg.vocab_size, d], 0.1 * lin(d))?;
         add("value_head.weight".into(), &[1, d], lin(d))?;
         add("value_head.bias".into(), &[1], 0.0)?;
         Self::from_varmap(cfg, varmap, device)
@@ -321,7 +317,8 @@ impl TinyAgent {
                 .cloned()
                 .with_context(|| format!("tiny model: missing parameter {name}"))
         };
-        let norm = |name: &str| -> anyhow::Result<RmsNorm> { Ok(RmsNorm::new(get(name)?, cfg.rms_eps)) };
+        let norm =
+            |name: &str| -> anyhow::Result<RmsNorm> { Ok(RmsNorm::new(get(name)?, cfg.rms_eps)) };
         let blocks = (0..cfg.n_layers)
             .map(|layer| {
                 let p = format!("blocks.{layer}");
@@ -393,10 +390,10 @@ impl TinyAgent {
                 self.cfg.max_seq
             );
         }
-        let tokens = self
-            .tok_emb
-            .embedding(&ids.flatten_all()?)?
-            .reshape((b, t, self.cfg.d_model))?;
+        let tokens =
+            self.tok_emb
+                .embedding(&ids.flatten_all()?)?
+                .reshape((b, t, self.cfg.d_model))?;
         let pos = self.pos_emb.narrow(0, 0, t)?;
         let mut x = tokens.broadcast_add(&pos)?;
         let mask = causal_mask(t, &self.device)?;
@@ -534,7 +531,9 @@ mod tests {
     #[test]
     fn forward_shapes_and_seeded_init() {
         let model = TinyAgent::new(small(), 7, &Device::Cpu).unwrap();
-        let out = model.forward(&ids(&[&[1, 2, 3, 4], &[5, 6, 7, 8]])).unwrap();
+        let out = model
+            .forward(&ids(&[&[1, 2, 3, 4], &[5, 6, 7, 8]]))
+            .unwrap();
         assert_eq!(out.logits.dims(), &[2, 4, 23]);
         assert_eq!(out.values.dims(), &[2, 4]);
         let again = TinyAgent::new(small(), 7, &Device::Cpu).unwrap();
@@ -552,7 +551,10 @@ mod tests {
         // A policy-gradient-like loss on the log-probs plus a value loss, so that every
         // parameter (value head included) is upstream of the scalar.
         let logp = candle_nn::ops::log_softmax(&out.logits, D::Minus1).unwrap();
-        let weights = Tensor::arange(0f32, 23.0, &Device::Cpu).unwrap().cos().unwrap();
+        let weights = Tensor::arange(0f32, 23.0, &Device::Cpu)
+            .unwrap()
+            .cos()
+            .unwrap();
         let pg = logp.broadcast_mul(&weights).unwrap().mean_all().unwrap();
         let value = out.values.sqr().unwrap().mean_all().unwrap();
         let loss = (pg + value).unwrap();
@@ -562,7 +564,10 @@ mod tests {
                 .get(var.as_tensor())
                 .unwrap_or_else(|| panic!("no gradient for {name}"));
             let g: Vec<f32> = grad.flatten_all().unwrap().to_vec1().unwrap();
-            assert!(g.iter().all(|x| x.is_finite()), "{name}: non-finite gradient");
+            assert!(
+                g.iter().all(|x| x.is_finite()),
+                "{name}: non-finite gradient"
+            );
             let norm: f32 = g.iter().map(|x| x * x).sum::<f32>().sqrt();
             assert!(norm > 0.0, "{name}: zero gradient");
         }
@@ -621,7 +626,12 @@ mod tests {
         let loaded = TinyAgent::load(small(), &path, &Device::Cpu).unwrap();
         let input = ids(&[&[3, 1, 4, 1, 5]]);
         let a = model.forward(&input).unwrap().logits.flatten_all().unwrap();
-        let b = loaded.forward(&input).unwrap().logits.flatten_all().unwrap();
+        let b = loaded
+            .forward(&input)
+            .unwrap()
+            .logits
+            .flatten_all()
+            .unwrap();
         assert_eq!(a.to_vec1::<f32>().unwrap(), b.to_vec1::<f32>().unwrap());
         let wrong = TinyConfig {
             d_model: 32,

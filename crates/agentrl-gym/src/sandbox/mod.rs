@@ -112,3 +112,48 @@ pub trait Executor: Send + Sync {
     fn run(&self, job: &Job) -> Result<RunOutput, SandboxError>;
     fn info(&self) -> SandboxInfo;
 }
+
+mod fresh;
+mod host;
+mod pool;
+
+pub use fresh::FreshExecutor;
+pub use pool::PoolExecutor;
+
+/// The default executor: a warm pool with one worker per available core (at least 2).
+pub fn default_executor() -> Result<std::sync::Arc<dyn Executor>, SandboxError> {
+    let workers = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+        .max(2);
+    Ok(std::sync::Arc::new(PoolExecutor::new(workers)?))
+}
+
+/// Probes the machine and describes the active layers (for `agentrl gym sandbox-info`).
+pub fn sandbox_info() -> Result<SandboxInfo, SandboxError> {
+    Ok(host::host()?.info())
+}
+
+/// A human-readable report of [`sandbox_info`]: one line per layer, then the notes.
+pub fn sandbox_info_report() -> String {
+    let info = match sandbox_info() {
+        Ok(info) => info,
+        Err(e) => return format!("sandbox unavailable: {e}\n"),
+    };
+    let on_off = |on: bool| if on { "on" } else { "OFF" };
+    let mut report = String::new();
+    for (name, on) in [
+        ("network namespace", info.network_namespace),
+        ("rlimits", info.rlimits),
+        ("process-group kill", info.process_group_kill),
+        ("landlock", info.landlock),
+        ("scrubbed environment", info.scrubbed_env),
+        ("output caps", info.output_caps),
+    ] {
+        report.push_str(&format!("{name:<22}{}\n", on_off(on)));
+    }
+    for note in &info.notes {
+        report.push_str(&format!("- {note}\n"));
+    }
+    report
+}

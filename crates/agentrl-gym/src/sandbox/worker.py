@@ -1,0 +1,529 @@
+# agentrl sandbox worker: the Python half of the sandbox (embedded in the Rust crate with
+# include_str! and run as `python3 -I -c <this source + entry call>`).
+#
+# Two entry points:
+#   fresh_main()  - FreshExecutor: the Rust side already confined this process (pre_exec);
+#                   read the program from fd 4 and run it as __main__.
+#   serve(config) - PoolExecutor: a warm fork server. It pre-imports the stdlib modules tests
+#                   use, then for every job forks a supervisor that creates a fresh PID
+#                   namespace and forks the job process (PID 1 there). The job process applies
+#                   rlimits, Landlock, the uid drop and a scrubbed environment, then runs the
+#                   program. When it exits the kernel kills everything left in its namespace,
+#                   so background processes never outlive a job. The server never imports
+#                   workspace code, so its module cache cannot leak between jobs.
+#
+# Wire format on the server's stdin/stdout (both directions): a frame is
+#   u32 big-endian header length, header JSON, then the blobs listed in header["blobs"]
+#   (their lengths), raw bytes back to back.
+
+import os
+import sys
+
+# Only os and sys load at start-up: fresh_main() must stay cheap. The fork server imports the
+# rest once, before its first job.
+
+EXIT_SETUP_FAILED = 126
+
+
+def _exit_code_of(exc):
+    # Same rules as the interpreter's handling of SystemExit.
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    try:
+        sys.stderr.write(str(code) + "\n")
+    except Exception:
+        pass
+    return 1
+
+
+def run_program(source):
+    """Run `source` as a fresh __main__ module; returns the exit code. Never raises."""
+    import types
+
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = __builtins__
+    sys.modules["__main__"] = main
+    sys.argv = ["-c"]
+    if not sys.path or sys.path[0] != "":
+        # The workspace (cwd) comes first on sys.path, as for `python -c`.
+        sys.path.insert(0, "")
+    try:
+        code = compile(source, "<agentrl>", "exec")
+        exec(code, main.__dict__)
+        status = 0
+    except SystemExit as exc:
+        status = _exit_code_of(exc)
+    except BaseException as exc:  # the program's own failure: print it like the interpreter
+        import traceback
+
+        tb = exc.__traceback__
+        # Hide this runner's frame; the program's frames start at <agentrl>.
+        if tb is not None and tb.tb_frame.f_code is run_program.__code__:
+            tb = tb.tb_next
+        try:
+            traceback.print_exception(type(exc), exc, tb)
+        except Exception:
+            pass
+        status = 1
+    return status
+
+
+def _finish(status):
+    # The end of a normal interpreter run: non-daemon threads, atexit, flush.
+    try:
+        import threading
+
+        threading._shutdown()
+    except BaseException:
+        pass
+    try:
+        import atexit
+
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    os._exit(status)
+
+
+def fresh_main():
+    chunks = []
+    while True:
+        chunk = os.read(4, 1 << 20)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(4)
+    source = b"".join(chunks).decode("utf-8", "surrogateescape")
+    _finish(run_program(source))
+
+
+# ---------------------------------------------------------------------------------------------
+# Landlock through raw syscalls (x86_64 / aarch64 numbers are the same: 444, 445, 446).
+
+SYS_LANDLOCK_CREATE_RULESET = 444
+SYS_LANDLOCK_ADD_RULE = 445
+SYS_LANDLOCK_RESTRICT_SELF = 446
+LANDLOCK_RULE_PATH_BENEATH = 1
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_PDEATHSIG = 1
+CLONE_NEWPID = 0x20000000
+
+FS_EXECUTE = 1 << 0
+FS_WRITE_FILE = 1 << 1
+FS_READ_FILE = 1 << 2
+FS_READ_DIR = 1 << 3
+FS_TRUNCATE = 1 << 14
+FS_IOCTL_DEV = 1 << 15
+
+
+def _fs_rights_for_abi(abi):
+    rights = (1 << 13) - 1  # ABI 1: EXECUTE .. MAKE_SYM
+    if abi >= 2:
+        rights |= 1 << 13  # REFER
+    if abi >= 3:
+        rights |= FS_TRUNCATE
+    if abi >= 5:
+        rights |= FS_IOCTL_DEV
+    return rights
+
+
+_libc = None
+
+
+def _load_libc():
+    global _libc
+    if _libc is None:
+        import ctypes
+
+        _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.syscall.restype = ctypes.c_long
+    return _libc
+
+
+def _oserror(what):
+    import ctypes
+
+    err = ctypes.get_errno()
+    return OSError(err, "%s: %s" % (what, os.strerror(err)))
+
+
+def apply_landlock(abi, workspace, read_only, read_write_files):
+    """Confine this process: read+execute on `read_only`, everything inside `workspace`,
+    read+write on the device files in `read_write_files`. Rules for missing paths are skipped."""
+    import ctypes
+    import struct
+
+    _load_libc()
+    handled_fs = _fs_rights_for_abi(abi)
+    handled_net = 3 if abi >= 4 else 0  # BIND_TCP | CONNECT_TCP with no rule: both denied
+    scoped = 3 if abi >= 6 else 0  # abstract unix sockets and signals stay inside the domain
+    if abi >= 6:
+        attr = struct.pack("<QQQ", handled_fs, handled_net, scoped)
+    elif abi >= 4:
+        attr = struct.pack("<QQ", handled_fs, handled_net)
+    else:
+        attr = struct.pack("<Q", handled_fs)
+    buf = ctypes.create_string_buffer(attr, len(attr))
+    ruleset = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, buf, ctypes.c_size_t(len(attr)), 0)
+    if ruleset < 0:
+        raise _oserror("landlock_create_ruleset")
+    file_rights = handled_fs & (FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV)
+    read_exec = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
+    rules = [(workspace, handled_fs, True)]
+    rules += [(p, read_exec, False) for p in read_only]
+    rules += [(p, FS_READ_FILE | FS_WRITE_FILE | (handled_fs & FS_TRUNCATE), False) for p in read_write_files]
+    try:
+        for path, rights, required in rules:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                if required:
+                    raise
+                continue
+            try:
+                if not os.path.isdir(path):
+                    rights &= file_rights
+                rule = ctypes.create_string_buffer(struct.pack("<Qi", rights, fd), 12)
+                if _libc.syscall(SYS_LANDLOCK_ADD_RULE, ruleset, LANDLOCK_RULE_PATH_BENEATH, rule, 0) != 0:
+                    raise _oserror("landlock_add_rule(%s)" % path)
+            finally:
+                os.close(fd)
+        if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise _oserror("prctl(PR_SET_NO_NEW_PRIVS)")
+        if _libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0:
+            raise _oserror("landlock_restrict_self")
+    finally:
+        os.close(ruleset)
+
+
+# ---------------------------------------------------------------------------------------------
+# The fork server.
+
+PRELOAD = (
+    "unittest", "unittest.mock", "json", "traceback", "re", "math", "collections",
+    "itertools", "functools", "dataclasses", "typing", "types", "io", "string", "random",
+    "copy", "operator", "heapq", "bisect", "decimal", "fractions", "statistics", "textwrap",
+    "enum", "abc", "contextlib", "datetime", "threading", "atexit", "weakref", "struct",
+    "difflib", "pprint", "argparse", "tempfile", "shutil", "pathlib", "inspect", "warnings",
+)
+
+
+def _read_exact(fd, n):
+    parts = []
+    while n > 0:
+        chunk = os.read(fd, n)
+        if not chunk:
+            return None
+        parts.append(chunk)
+        n -= len(chunk)
+    return b"".join(parts)
+
+
+def _read_frame(fd):
+    head = _read_exact(fd, 4)
+    if head is None:
+        return None
+    (size,) = struct.unpack(">I", head)
+    header = json.loads(_read_exact(fd, size))
+    blobs = [_read_exact(fd, n) if n else b"" for n in header.get("blobs", [])]
+    return header, blobs
+
+
+def _write_frame(fd, header, blobs):
+    header = dict(header)
+    header["blobs"] = [len(b) for b in blobs]
+    raw = json.dumps(header).encode()
+    data = b"".join([struct.pack(">I", len(raw)), raw] + list(blobs))
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _job_process(job, config, fds):
+    """Runs in the job process (PID 1 of a fresh PID namespace). Never returns."""
+    stdin_r, stdout_w, stderr_w, result_w, status_w = fds
+    supervisor_pid = os.getppid()
+    try:
+        os.dup2(stdin_r, 0)
+        os.dup2(stdout_w, 1)
+        os.dup2(stderr_w, 2)
+        os.dup2(result_w, 3)
+        os.dup2(status_w, 4)
+        os.closerange(5, 1 << 16)
+        for sig in (signal.SIGINT,):
+            signal.signal(sig, signal.default_int_handler)
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        workspace = job["workspace"]
+        os.chdir(workspace)
+        uid = job.get("uid")
+        if uid is not None:
+            # The job uid owns its workspace, nothing else.
+            os.chown(workspace, uid, uid)
+            for root, dirs, files in os.walk(workspace):
+                for name in dirs + files:
+                    path = os.path.join(root, name)
+                    # A hard link could point at a file outside the workspace: leave it alone.
+                    if name in dirs or os.lstat(path).st_nlink == 1:
+                        os.lchown(path, uid, uid)
+        limits = job["limits"]
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu_seconds"], limits["cpu_seconds"]))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits["max_file_bytes"], limits["max_file_bytes"]))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limits["max_open_files"], limits["max_open_files"]))
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits["max_processes"], limits["max_processes"]))
+        if config.get("landlock_abi", 0) > 0:
+            apply_landlock(config["landlock_abi"], workspace, config["read_only_paths"], config["read_write_files"])
+        if uid is not None:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+        # After the uid change, which clears it: die if the supervisor dies (wall timeout).
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != supervisor_pid:
+            os._exit(EXIT_SETUP_FAILED)
+        # Last, so that the setup above is not limited by the address-space cap.
+        resource.setrlimit(resource.RLIMIT_AS, (limits["address_space_bytes"], limits["address_space_bytes"]))
+        env = dict(config["env"])
+        env["HOME"] = workspace
+        os.environ.clear()
+        os.environ.update(env)
+        import io
+
+        sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8")
+        sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8")
+        sys.stderr = sys.__stderr__ = io.TextIOWrapper(
+            io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8", errors="backslashreplace", line_buffering=True
+        )
+        os.close(4)
+    except BaseException as exc:
+        try:
+            os.write(4, ("setup-error %s: %s\n" % (type(exc).__name__, exc)).encode())
+        finally:
+            os._exit(EXIT_SETUP_FAILED)
+    _finish(run_program(job["program"]))
+
+
+def _supervise(job, config, fds):
+    """Runs in the supervisor: new PID namespace, fork the job process, report its status."""
+    status_w = fds[4]
+    try:
+        os.setsid()
+        # Die with the server: the job process in turn dies with this supervisor.
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if config.get("pid_namespace") and _libc.unshare(CLONE_NEWPID) != 0:
+            raise _oserror("unshare(CLONE_NEWPID)")
+        pid = os.fork()
+    except BaseException as exc:
+        os.write(status_w, ("setup-error %s: %s\n" % (type(exc).__name__, exc)).encode())
+        os._exit(0)
+    if pid == 0:
+        _job_process(job, config, fds)
+    os.write(status_w, b"pid %d\n" % pid)
+    for fd in fds[:4]:
+        os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        os.write(status_w, b"signal %d\n" % os.WTERMSIG(status))
+    else:
+        os.write(status_w, b"exit %d\n" % os.WEXITSTATUS(status))
+    # With a PID namespace the kernel has already killed and reaped everything else in it.
+    # Without one, the process group (this supervisor's) is the handle on what the job left.
+    if not config.get("pid_namespace"):
+        os.killpg(0, signal.SIGKILL)
+    os._exit(0)
+
+
+class _Sink:
+    """One captured stream: keeps the first `cap` bytes, drains a bounded excess, then closes."""
+
+    def __init__(self, fd, cap):
+        self.fd = fd
+        self.cap = cap
+        self.data = bytearray()
+        self.seen = 0
+        self.truncated = False
+        # Past this many bytes the pipe is closed: the writer gets EPIPE instead of us
+        # draining a flood until the wall-clock timeout.
+        self.drain_limit = max(cap * 16, 1 << 20)
+
+    def feed(self, chunk):
+        self.seen += len(chunk)
+        room = self.cap - len(self.data)
+        if room > 0:
+            self.data += chunk[:room]
+        if self.seen > self.cap:
+            self.truncated = True
+        return self.seen <= self.drain_limit
+
+
+def _run_job(job, program, stdin, config):
+    import selectors
+
+    job = dict(job)
+    job["program"] = program.decode("utf-8", "surrogateescape")
+    limits = job["limits"]
+    cap = limits["output_cap_bytes"]
+    stdin_r, stdin_w = os.pipe()
+    stdout_r, stdout_w = os.pipe()
+    stderr_r, stderr_w = os.pipe()
+    result_r, result_w = os.pipe()
+    status_r, status_w = os.pipe()
+    child_fds = (stdin_r, stdout_w, stderr_w, result_w, status_w)
+    start = time.monotonic()
+    supervisor = os.fork()
+    if supervisor == 0:
+        try:
+            for fd in (stdin_w, stdout_r, stderr_r, result_r, status_r):
+                os.close(fd)
+            _supervise(job, config, child_fds)
+        finally:
+            os._exit(EXIT_SETUP_FAILED)
+    for fd in child_fds:
+        os.close(fd)
+    deadline = start + limits["wall_timeout_s"]
+    sel = selectors.DefaultSelector()
+    sinks = {}
+    for fd in (stdout_r, stderr_r, result_r):
+        os.set_blocking(fd, False)
+        sinks[fd] = _Sink(fd, cap)
+        sel.register(fd, selectors.EVENT_READ)
+    status_buf = bytearray()
+    os.set_blocking(status_r, False)
+    sel.register(status_r, selectors.EVENT_READ)
+    pending_stdin = memoryview(stdin)
+    os.set_blocking(stdin_w, False)
+    if pending_stdin:
+        sel.register(stdin_w, selectors.EVENT_WRITE)
+    else:
+        os.close(stdin_w)
+        stdin_w = None
+    timed_out = False
+    job_pid = None
+    open_reads = 4
+    while open_reads > 0:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            timed_out = True
+            break
+        for key, _ in sel.select(remaining):
+            fd = key.fd
+            if fd == stdin_w:
+                try:
+                    pending_stdin = pending_stdin[os.write(fd, pending_stdin):]
+                except BlockingIOError:
+                    continue
+                except OSError:  # the program closed its stdin
+                    pending_stdin = pending_stdin[:0]
+                if not pending_stdin:
+                    sel.unregister(fd)
+                    os.close(fd)
+                    stdin_w = None
+                continue
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            keep = bool(chunk)
+            if fd == status_r:
+                status_buf += chunk
+                if job_pid is None and b"\n" in status_buf:
+                    first = bytes(status_buf).split(b"\n", 1)[0]
+                    if first.startswith(b"pid "):
+                        job_pid = int(first[4:])
+            elif chunk:
+                keep = sinks[fd].feed(chunk)
+            if not keep:
+                sel.unregister(fd)
+                os.close(fd)
+                open_reads -= 1
+    if timed_out:
+        # Killing PID 1 of the namespace takes every process in it down.
+        for pid in (job_pid, supervisor):
+            if pid is not None:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+    os.waitpid(supervisor, 0)
+    # Collect what is still buffered in the pipes (everything writing to them is dead now).
+    for key in list(sel.get_map().values()):
+        fd = key.fd
+        if fd != stdin_w:
+            while True:
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                except (BlockingIOError, OSError):
+                    break
+                if not chunk:
+                    break
+                if fd == status_r:
+                    status_buf += chunk
+                elif not sinks[fd].feed(chunk):
+                    break
+        sel.unregister(fd)
+        os.close(fd)
+    sel.close()
+    elapsed = time.monotonic() - start
+    termination = None
+    setup_error = None
+    for line in bytes(status_buf).decode("utf-8", "replace").splitlines():
+        if line.startswith("setup-error "):
+            setup_error = line[len("setup-error "):]
+        elif line.startswith("exit "):
+            termination = {"kind": "exited", "code": int(line[5:])}
+        elif line.startswith("signal "):
+            termination = {"kind": "signaled", "signal": int(line[7:])}
+    if termination == {"kind": "exited", "code": EXIT_SETUP_FAILED} and setup_error:
+        termination = None
+    if timed_out:
+        termination = {"kind": "timed_out"}
+    elif termination is None and setup_error is None:
+        setup_error = "the job supervisor ended without reporting a status"
+    header = {
+        "termination": termination,
+        "setup_error": setup_error,
+        "truncated": any(s.truncated for s in sinks.values()),
+        "elapsed_s": elapsed,
+    }
+    return header, [bytes(sinks[stdout_r].data), bytes(sinks[stderr_r].data), bytes(sinks[result_r].data)]
+
+
+def serve(config_json):
+    global ctypes, json, resource, signal, struct, time
+    import ctypes
+    import json
+    import resource
+    import signal
+    import struct
+    import time
+
+    _load_libc()
+    config = json.loads(config_json)
+    # The server's cwd is "/": never import from there. Jobs put "" (their workspace) back.
+    while "" in sys.path:
+        sys.path.remove("")
+    for name in PRELOAD:
+        try:
+            __import__(name)
+        except Exception:
+            pass
+    # Requests arrive on fd 0, replies leave on fd 1. The job processes get fresh fds 0-3.
+    while True:
+        frame = _read_frame(0)
+        if frame is None:
+            return
+        header, blobs = frame
+        try:
+            reply, reply_blobs = _run_job(header, blobs[0], blobs[1], config)
+        except Exception as exc:  # a server-side failure is reported, the server keeps serving
+            reply, reply_blobs = {"termination": None, "setup_error": "worker: %s: %s" % (type(exc).__name__, exc)}, [b"", b"", b""]
+        _write_frame(1, reply, reply_blobs)

@@ -1,0 +1,20 @@
+"""Public tests for cart_items.py. Run them with the `test` tool."""
+
+import unittest
+
+from cart_items import *  # noqa: F401,F403
+
+
+class TestPublic(unittest.TestCase):
+    def test_1_add_item(self):
+        self.assertEqual(add_item(4), [4])
+
+    def test_2_add_item(self):
+        self.assertEqual(add_item(5), [5])
+
+    def test_3_merged(self):
+        self.assertEqual(merged([1, 2], [2, 3]), [1, 2, 3])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,583 @@
+//! Containment tests for both sandbox executors: each attack is contained, and the executor
+//! serves a normal job right after it. Where a layer is off on this machine, the test still
+//! asserts containment by the layers that are on, and prints which ones those are.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use agentrl_gym::sandbox::{
+    Executor, FreshExecutor, Job, Limits, PoolExecutor, RunOutput, SandboxInfo, Termination,
+};
+
+fn pool() -> Arc<PoolExecutor> {
+    static POOL: OnceLock<Arc<PoolExecutor>> = OnceLock::new();
+    POOL.get_or_init(|| Arc::new(PoolExecutor::new(2).expect("start the pool")))
+        .clone()
+}
+
+fn fresh() -> FreshExecutor {
+    FreshExecutor::new().expect("probe the sandbox")
+}
+
+fn executors() -> Vec<(&'static str, Box<dyn Executor>)> {
+    struct Shared(Arc<PoolExecutor>);
+    impl Executor for Shared {
+        fn run(&self, job: &Job) -> Result<RunOutput, agentrl_gym::sandbox::SandboxError> {
+            self.0.run(job)
+        }
+        fn info(&self) -> SandboxInfo {
+            self.0.info()
+        }
+    }
+    vec![
+        ("fresh", Box::new(fresh())),
+        ("pool", Box::new(Shared(pool()))),
+    ]
+}
+
+fn job(workspace: &Path, program: &str, limits: Limits) -> Job {
+    Job {
+        workspace: workspace.to_path_buf(),
+        program: program.to_string(),
+        stdin: Vec::new(),
+        limits,
+    }
+}
+
+fn quick_limits() -> Limits {
+    Limits {
+        wall_timeout: Duration::from_secs(3),
+        cpu_seconds: 2,
+        ..Limits::default()
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The executor still runs an ordinary job correctly.
+fn assert_still_serves(name: &str, executor: &dyn Executor) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("mod_ok.py"),
+        "def f():\n    return 41 + 1\n",
+    )
+    .unwrap();
+    let out = executor
+        .run(&job(
+            dir.path(),
+            "import mod_ok, os\nos.write(3, str(mod_ok.f()).encode())\n",
+            quick_limits(),
+        ))
+        .unwrap_or_else(|e| panic!("{name}: normal job after attack failed: {e}"));
+    assert_eq!(
+        out.termination,
+        Termination::Exited { code: 0 },
+        "{name}: {}",
+        text(&out.stderr)
+    );
+    assert_eq!(out.result, b"42", "{name}");
+}
+
+fn layers(executor: &dyn Executor) -> String {
+    let info = executor.info();
+    format!(
+        "netns={} landlock={} rlimits={} notes={:?}",
+        info.network_namespace, info.landlock, info.rlimits, info.notes
+    )
+}
+
+#[test]
+fn normal_job_contract_holds() {
+    for (name, executor) in executors() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("helper.py"), "VALUE = 'ok'\n").unwrap();
+        let program = "import sys, os, helper\n\
+            print('out', sys.argv, sys.path[0] == '', os.getcwd() == os.environ['HOME'])\n\
+            print('err', file=sys.stderr)\n\
+            os.write(3, (helper.VALUE + ':' + sys.stdin.read()).encode())\n\
+            print(sorted(os.environ))\n\
+            raise SystemExit(7)\n";
+        let mut j = job(dir.path(), program, quick_limits());
+        j.stdin = b"hello".to_vec();
+        let out = executor.run(&j).unwrap();
+        assert_eq!(
+            out.termination,
+            Termination::Exited { code: 7 },
+            "{name}: {}",
+            text(&out.stderr)
+        );
+        let stdout = text(&out.stdout);
+        assert!(
+            stdout.starts_with("out ['-c'] True True\n"),
+            "{name}: {stdout}"
+        );
+        assert!(
+            stdout.contains("['HOME', 'LANG', 'PATH', 'PYTHONDONTWRITEBYTECODE', 'PYTHONHASHSEED', 'PYTHONIOENCODING']"),
+            "{name}: environment not scrubbed: {stdout}"
+        );
+        assert_eq!(text(&out.stderr), "err\n", "{name}");
+        assert_eq!(out.result, b"ok:hello", "{name}");
+        assert!(!out.truncated);
+        assert!(
+            !dir.path().join("__pycache__").exists(),
+            "{name}: bytecode written"
+        );
+
+        // An uncaught exception: exit 1 and a traceback naming the program.
+        let out = executor
+            .run(&job(
+                dir.path(),
+                "def boom():\n    1/0\nboom()\n",
+                quick_limits(),
+            ))
+            .unwrap();
+        assert_eq!(out.termination, Termination::Exited { code: 1 }, "{name}");
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains("ZeroDivisionError") && stderr.contains("<agentrl>"),
+            "{name}: {stderr}"
+        );
+        assert!(
+            !stderr.contains("worker.py") && !stderr.contains("run_program"),
+            "{name}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn infinite_loop_times_out() {
+    for (name, executor) in executors() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = Limits {
+            wall_timeout: Duration::from_millis(700),
+            cpu_seconds: 30,
+            ..Limits::default()
+        };
+        let start = Instant::now();
+        let out = executor
+            .run(&job(dir.path(), "while True:\n    pass\n", limits))
+            .unwrap();
+        assert_eq!(out.termination, Termination::TimedOut, "{name}");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{name}: timeout not enforced"
+        );
+        // The CPU rlimit alone also stops a busy loop (SIGXCPU / SIGKILL).
+        let limits = Limits {
+            wall_timeout: Duration::from_secs(20),
+            cpu_seconds: 1,
+            ..Limits::default()
+        };
+        let out = executor
+            .run(&job(dir.path(), "while True:\n    pass\n", limits))
+            .unwrap();
+        assert!(
+            matches!(out.termination, Termination::Signaled { .. }),
+            "{name}: {:?}",
+            out.termination
+        );
+        assert_still_serves(name, executor.as_ref());
+    }
+}
+
+#[test]
+fn fork_bomb_is_contained() {
+    for (name, executor) in executors() {
+        let dir = tempfile::tempdir().unwrap();
+        let program = "import os\n\
+            count = 0\n\
+            failed = 0\n\
+            for _ in range(200):\n\
+            \x20   try:\n\
+            \x20       pid = os.fork()\n\
+            \x20   except OSError:\n\
+            \x20       failed += 1\n\
+            \x20       continue\n\
+            \x20   if pid == 0:\n\
+            \x20       import time\n\
+            \x20       time.sleep(30)\n\
+            \x20       os._exit(0)\n\
+            \x20   count += 1\n\
+            os.write(3, f'{count} {failed}'.encode())\n";
+        let limits = Limits {
+            max_processes: 16,
+            ..quick_limits()
+        };
+        let out = executor.run(&job(dir.path(), program, limits)).unwrap();
+        let result = text(&out.result);
+        let parts: Vec<usize> = result
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        assert_eq!(parts.len(), 2, "{name}: {result} {}", text(&out.stderr));
+        println!(
+            "{name}: fork bomb forked {} children, {} forks refused ({})",
+            parts[0],
+            parts[1],
+            layers(executor.as_ref())
+        );
+        assert!(
+            parts[0] < 16,
+            "{name}: RLIMIT_NPROC not enforced: {} children",
+            parts[0]
+        );
+        assert!(parts[1] > 0, "{name}");
+        assert_still_serves(name, executor.as_ref());
+    }
+}
+
+#[test]
+fn memory_hog_is_stopped() {
+    for (name, executor) in executors() {
+        let dir = tempfile::tempdir().unwrap();
+        let program = "try:\n    blob = bytearray(2 << 30)\n    print('allocated')\nexcept MemoryError:\n    print('refused')\n";
+        let out = executor
+            .run(&job(dir.path(), program, quick_limits()))
+            .unwrap();
+        assert_eq!(
+            text(&out.stdout),
+            "refused\n",
+            "{name}: {:?} {}",
+            out.termination,
+            text(&out.stderr)
+        );
+        assert_still_serves(name, executor.as_ref());
+    }
+}
+
+#[test]
+fn network_is_unreachable() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    listener.set_nonblocking(true).unwrap();
+    for (name, executor) in executors() {
+        let info = executor.info();
+        println!("{name}: {}", layers(executor.as_ref()));
+        assert!(
+            info.network_namespace || info.landlock,
+            "{name}: neither a network namespace nor Landlock network rules are active"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let program = format!(
+            "import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=1)\n    print('connected')\n\
+             except OSError as e:\n    print('blocked', type(e).__name__)\n"
+        );
+        let out = executor
+            .run(&job(dir.path(), &program, quick_limits()))
+            .unwrap();
+        let stdout = text(&out.stdout);
+        assert!(
+            stdout.starts_with("blocked"),
+            "{name}: {stdout} {}",
+            text(&out.stderr)
+        );
+        assert!(
+            listener.accept().is_err(),
+            "{name}: the listener saw a connection"
+        );
+        assert_still_serves(name, executor.as_ref());
+    }
+}
+
+#[test]
+fn writes_outside_the_workspace_fail() {
+    for (name, executor) in executors() {
+        println!("{name}: {}", layers(executor.as_ref()));
+        let outside = tempfile::tempdir().unwrap();
+        // World-writable, like /tmp: only Landlock (or nothing) stands in the way.
+        std::fs::set_permissions(
+            outside.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+        )
+        .unwrap();
+        let target = outside.path().join("agentrl-escape");
+        let dir = tempfile::tempdir().unwrap();
+        let program = format!(
+            "import os\nfor path in [{target:?}, '/tmp/agentrl-escape-{pid}', '../agentrl-escape-{pid}']:\n\
+             \x20   try:\n        open(path, 'w').write('x')\n        print('wrote', path)\n\
+             \x20   except OSError as e:\n        print('denied', type(e).__name__)\n\
+             open('inside.txt', 'w').write('fine')\n",
+            target = target.display().to_string(),
+            pid = std::process::id()
+        );
+        let out = executor
+            .run(&job(dir.path(), &program, quick_limits()))
+            .unwrap();
+        let stdout = text(&out.stdout);
+        if executor.info().landlock {
+            assert!(!stdout.contains("wrote"), "{name}: {stdout}");
+            assert!(
+                !target.exists(),
+                "{name}: escaped into {}",
+                target.display()
+            );
+        } else {
+            // Without Landlock only permissions guard: the uid drop keeps root-owned dirs safe.
+            println!("{name}: Landlock off; checking the uid drop protects root-owned directories");
+            assert!(
+                !stdout.contains(&format!("wrote ../agentrl-escape-{}", std::process::id())),
+                "{name}: {stdout}"
+            );
+        }
+        assert!(
+            !Path::new(&format!("/tmp/agentrl-escape-{}", std::process::id())).exists()
+                || !executor.info().landlock
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("inside.txt")).unwrap(),
+            "fine",
+            "{name}"
+        );
+        assert_still_serves(name, executor.as_ref());
+    }
+}
+
+#[test]
+fn host_files_outside_the_workspace_are_unreadable() {
+    for (name, executor) in executors() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(
+            outside.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let secret = outside.path().join("secret.txt");
+        std::fs::write(&secret, "TOP-SECRET").unwrap();
+        // Readable by everyone: only Landlock (when on) stops the read.
+        std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let program = format!(
+            "try:\n    print(open({path:?}).read())\nexcept OSError as e:\n    print('denied', type(e).__name__)\n",
+            path = secret.display().to_string()
+        );
+        let out = executor
+            .run(&job(dir.path(), &program, quick_limits()))
+            .unwrap();
+        let stdout = text(&out.stdout);
+        if executor.info().landlock {
+            assert!(
+                stdout.starts_with("denied"),
+                "{name}: {stdout} {}",
+                text(&out.stderr)
+            );
+        } else {
+            println!("{name}: Landlock off: world-readable host files stay readable ({stdout})");
+            // Root-only files are still protected by the uid drop.
+            let out = executor.run(&job(dir.path(), "try:\n    open('/etc/shadow').read()\n    print('read')\nexcept OSError:\n    print('denied')\n", quick_limits())).unwrap();
+            assert_eq!(text(&out.stdout), "denied\n", "{name}");
+        }
+        assert_still_serves(name, executor.as_ref());
+    }
+}
+
+#[test]
+fn background_processes_do_not_outlive_the_job() {
+    for (name, executor) in executors() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = format!("agentrl-daemon-{}-{name}", std::process::id());
+        // A double-forked daemon in its own session, which would escape a process-group kill.
+        let program = format!(
+            "import os, time, sys\n\
+             pid = os.fork()\n\
+             if pid == 0:\n\
+             \x20   os.setsid()\n\
+             \x20   if os.fork() == 0:\n\
+             \x20       for fd in range(0, 4):\n\
+             \x20           try: os.close(fd)\n\
+             \x20           except OSError: pass\n\
+             \x20       os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', {marker:?}])\n\
+             \x20   os._exit(0)\n\
+             os.waitpid(pid, 0)\n\
+             time.sleep(0.3)\n\
+             print('parent done')\n"
+        );
+        let out = executor
+            .run(&job(dir.path(), &program, quick_limits()))
+            .unwrap();
+        assert_eq!(
+            text(&out.stdout),
+            "parent done\n",
+            "{name}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            out.elapsed < Duration::from_secs(3),
+            "{name}: job waited for the daemon"
+        );
+        // The daemon must be gone (allow the kernel a moment to finish the kill).
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            let alive = live_processes_with_arg(&marker);
+            if alive.is_empty() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name}: daemon survived the job: {alive:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_still_serves(name, executor.as_ref());
+    }
+}
+
+/// Pids of live (non-zombie) processes whose command line contains `needle`.
+fn live_processes_with_arg(needle: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let mut cmdline = Vec::new();
+        if std::fs::File::open(entry.path().join("cmdline"))
+            .and_then(|mut f| f.read_to_end(&mut cmdline))
+            .is_err()
+        {
+            continue;
+        }
+        if !String::from_utf8_lossy(&cmdline).contains(needle) {
+            continue;
+        }
+        let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
+        if status
+            .lines()
+            .any(|l| l.starts_with("State:") && !l.contains("Z"))
+        {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+#[test]
+fn output_flood_is_capped_and_fast() {
+    for (name, executor) in executors() {
+        let dir = tempfile::tempdir().unwrap();
+        // Up to 4 GiB on stdout, with stderr and fd 3 flooding too.
+        let program = "import os, sys\nchunk = 'x' * (1 << 20)\n\
+            os.write(3, b'r' * (1 << 20))\n\
+            sys.stderr.write('e' * (1 << 20))\n\
+            for _ in range(4096):\n    sys.stdout.write(chunk)\n";
+        let start = Instant::now();
+        let out = executor
+            .run(&job(dir.path(), program, quick_limits()))
+            .unwrap();
+        let cap = quick_limits().output_cap_bytes;
+        assert!(out.truncated, "{name}");
+        assert_eq!(out.stdout.len(), cap, "{name}");
+        assert_eq!(out.stderr.len(), cap, "{name}");
+        assert_eq!(out.result.len(), cap, "{name}");
+        assert_ne!(
+            out.termination,
+            Termination::TimedOut,
+            "{name}: flood ran into the timeout"
+        );
+        println!(
+            "{name}: flood stopped after {:?} with {:?}",
+            start.elapsed(),
+            out.termination
+        );
+        assert_still_serves(name, executor.as_ref());
+    }
+}
+
+#[test]
+fn non_utf8_output_is_returned_intact() {
+    for (name, executor) in executors() {
+        let dir = tempfile::tempdir().unwrap();
+        let program =
+            "import sys, os\nsys.stdout.buffer.write(b'\\xff\\xfe ok \\x00')\nsys.stdout.flush()\n\
+            os.write(2, b'\\xc3\\x28')\nos.write(3, b'\\x80')\nprint('\\udcff', file=sys.stderr)\n";
+        let out = executor
+            .run(&job(dir.path(), program, quick_limits()))
+            .unwrap();
+        assert_eq!(
+            out.termination,
+            Termination::Exited { code: 0 },
+            "{name}: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(out.stdout, b"\xff\xfe ok \x00", "{name}");
+        assert!(out.stderr.starts_with(b"\xc3\x28"), "{name}");
+        assert_eq!(out.result, b"\x80", "{name}");
+        assert_still_serves(name, executor.as_ref());
+    }
+}
+
+#[test]
+fn bad_inputs_are_errors_not_panics() {
+    for (name, executor) in executors() {
+        let missing = job(
+            Path::new("/nonexistent/agentrl-workspace"),
+            "print(1)",
+            quick_limits(),
+        );
+        let error = executor.run(&missing).expect_err(name);
+        assert!(
+            error.to_string().contains("/nonexistent/agentrl-workspace"),
+            "{name}: {error}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let out = executor
+            .run(&job(dir.path(), "def broken(:\n", quick_limits()))
+            .unwrap();
+        assert_eq!(out.termination, Termination::Exited { code: 1 }, "{name}");
+        assert!(text(&out.stderr).contains("SyntaxError"), "{name}");
+        assert_still_serves(name, executor.as_ref());
+    }
+}
+
+#[test]
+fn pool_runs_jobs_from_many_threads_and_replaces_dead_workers() {
+    // Its own pool: the workers get killed below.
+    let pool = Arc::new(PoolExecutor::new(2).unwrap());
+    std::thread::scope(|scope| {
+        for t in 0..4 {
+            let pool = pool.clone();
+            scope.spawn(move || {
+                for i in 0..5 {
+                    let dir = tempfile::tempdir().unwrap();
+                    let out = pool
+                        .run(&job(
+                            dir.path(),
+                            &format!("import os\nos.write(3, b'{t}-{i}')\n"),
+                            quick_limits(),
+                        ))
+                        .unwrap();
+                    assert_eq!(text(&out.result), format!("{t}-{i}"));
+                }
+            });
+        }
+    });
+    // Killing the fork servers from outside: the pool respawns them and keeps serving.
+    let workers = pool.worker_pids();
+    assert_eq!(workers.len(), 2);
+    for pid in workers {
+        // SAFETY: plain kill of a pid we just found; at worst it no longer exists.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    for _ in 0..3 {
+        assert_still_serves("pool", pool.as_ref());
+    }
+}
+
+#[test]
+fn sandbox_info_report_names_every_layer() {
+    let report = agentrl_gym::sandbox::sandbox_info_report();
+    println!("{report}");
+    for layer in [
+        "network namespace",
+        "rlimits",
+        "landlock",
+        "scrubbed environment",
+        "output caps",
+    ] {
+        assert!(report.contains(layer), "{report}");
+    }
+}
