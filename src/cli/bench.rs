@@ -37,8 +37,9 @@ pub enum BenchTarget {
 pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
     match args.target {
         BenchTarget::Gym { json, tasks } => agentrl_gym::bench::run(json, &tasks),
-        BenchTarget::Train { .. } | BenchTarget::TrainStep { .. } => {
-            anyhow::bail!("bench train/train-step need TinyAgent, which is not built yet")
+        BenchTarget::Train { json } => crate::train::bench::run(json, &[]),
+        BenchTarget::TrainStep { .. } => {
+            anyhow::bail!("bench train-step need TinyAgent, which is not built yet")
         }
         BenchTarget::Qwen3 { .. } => anyhow::bail!("bench qwen3 is not built yet"),
     }

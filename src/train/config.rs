@@ -13,6 +13,7 @@ use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
 use crate::algo::Algorithm;
+use crate::train::action_space::ActionVocab;
 use agentrl_rl::{AggMode, KlEstimator};
 
 /// Everything a run needs, section by section. Every section has defaults, so a file only names
@@ -40,6 +41,9 @@ pub struct ModelConfig {
     pub mlp_ratio: usize,
     /// Longest episode (prompt + all turns) in tokens; longer episodes are cut and flagged.
     pub max_seq: usize,
+    /// Words the policy may emit: the 15 words of the call format, or the whole vocabulary
+    /// (see `train::action_space`).
+    pub action_vocab: ActionVocab,
 }
 
 impl Default for ModelConfig {
@@ -50,6 +54,7 @@ impl Default for ModelConfig {
             heads: 4,
             mlp_ratio: 4,
             max_seq: 256,
+            action_vocab: ActionVocab::Actions,
         }
     }
 }

@@ -6,8 +6,12 @@
 //! entropy (+ value loss) → AdamW with grad clipping → metrics line, episodes sample,
 //! periodic checkpoint.
 
+pub mod action_space;
 pub mod config;
 pub mod optim;
 pub mod run_dir;
 pub mod schedule;
 pub mod update;
+pub mod trainer;
+pub mod session;
+pub mod bench;

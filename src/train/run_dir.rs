@@ -87,6 +87,10 @@ pub struct TrainState {
     pub threads: usize,
     /// Current β of the KL penalty (moves with the adaptive controller).
     pub kl_coef: f64,
+    /// `kl_coef.to_bits()`: JSON floats need not round-trip exactly, and a resumed run must
+    /// continue with the very same β.
+    #[serde(default)]
+    pub kl_coef_bits: u64,
     pub optimizer_steps: u64,
     pub episodes_seen: u64,
     /// Training wall time so far, seconds (excluding evaluations).
@@ -356,6 +360,7 @@ mod tests {
             seed: 1,
             threads: 1,
             kl_coef: 0.0,
+            kl_coef_bits: 0,
             optimizer_steps: step as u64,
             episodes_seen: 0,
             train_seconds: 0.0,

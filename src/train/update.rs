@@ -55,6 +55,9 @@ pub struct UpdateSetup<'a> {
     pub grad_clip: f64,
     /// `L_max` of `seq-mean-token-sum-norm` (the action-token budget of an episode).
     pub max_len: f64,
+    /// `[V, V]` logit-bias table of the action space, indexed by input word (the engine
+    /// sampled with the same bias).
+    pub logit_bias: Option<&'a Tensor>,
 }
 
 /// Diagnostics of one update, averaged over its optimizer steps.
@@ -91,12 +94,23 @@ fn score(
     ids: &Tensor,
     targets: &Tensor,
     temperature: f64,
+    logit_bias: Option<&Tensor>,
 ) -> anyhow::Result<(Tensor, Tensor, Tensor)> {
     let out = model.forward(ids).context("trainer forward")?;
+    let logits = match logit_bias {
+        Some(table) => {
+            let (b, t) = ids.dims2()?;
+            let bias = table
+                .embedding(&ids.flatten_all()?)?
+                .reshape((b, t, table.dim(1)?))?;
+            (out.logits + bias)?
+        }
+        None => out.logits,
+    };
     let logits = if temperature == 1.0 {
-        out.logits
+        logits
     } else {
-        (out.logits / temperature)?
+        (logits / temperature)?
     };
     let logp = token_log_probs(&logits, targets)?;
     Ok((logp, logits, out.values))
@@ -141,7 +155,7 @@ pub fn update(
     // engine's sampling log-probs. Values for GAE come from the same pass.
     let needs_values = algorithm.uses_critic();
     let (old_log_probs, old_values) = if knobs.old_logprob_pass || needs_values {
-        let (logp, _, values) = score(setup.model, &batch.ids, &batch.targets, setup.temperature)?;
+        let (logp, _, values) = score(setup.model, &batch.ids, &batch.targets, setup.temperature, setup.logit_bias)?;
         let logp = logp.detach();
         metrics.engine_logprob_gap = masked_mean_value(
             &(&logp - &batch.sampling_log_probs)?.abs()?,
@@ -160,7 +174,7 @@ pub fn update(
     // Reference log-probs for KL (frozen policy; no gradient).
     let ref_log_probs = match (setup.reference, setup.kl_coef > 0.0) {
         (Some(reference), true) => {
-            let (logp, _, _) = score(reference, &batch.ids, &batch.targets, setup.temperature)?;
+            let (logp, _, _) = score(reference, &batch.ids, &batch.targets, setup.temperature, setup.logit_bias)?;
             Some(logp.detach())
         }
         (None, true) => anyhow::bail!("update: kl_coef > 0 but no reference policy was given"),
@@ -215,7 +229,7 @@ pub fn update(
                 ..AggScale::default()
             };
 
-            let (logp, logits, values) = score(setup.model, &ids, &targets, setup.temperature)?;
+            let (logp, logits, values) = score(setup.model, &ids, &targets, setup.temperature, setup.logit_bias)?;
             let pg = compute_policy_loss(
                 &policy_loss_kind,
                 &PolicyLossInputs {
@@ -456,6 +470,7 @@ mod tests {
                     lr: 1e-2,
                     grad_clip: 1.0,
                     max_len: 12.0,
+                    logit_bias: None,
                 };
                 let m = update(&setup, &mut opt, &vars, &rollout, &mut rng)?;
                 assert!(m.loss.is_finite() && m.grad_norm.is_finite(), "{algorithm}: {m:?}");
