@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 use agentrl_gym::Reward;
 use serde::{Deserialize, Serialize};
 
-
 /// What evaluation needs to know about one finished episode.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EpisodeOutcome {
@@ -47,7 +46,10 @@ pub struct EvalReport {
 /// Summarises the episodes of one split. Every task must have the same number of samples
 /// (pass@k is per task over its `n` samples).
 pub fn summarize(split: &str, outcomes: &[EpisodeOutcome], k: usize) -> anyhow::Result<EvalReport> {
-    anyhow::ensure!(!outcomes.is_empty(), "evaluation of split {split}: no episodes");
+    anyhow::ensure!(
+        !outcomes.is_empty(),
+        "evaluation of split {split}: no episodes"
+    );
     let mut per_task: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
     for o in outcomes {
         let entry = per_task.entry(o.task_id.as_str()).or_default();
@@ -67,7 +69,8 @@ pub fn summarize(split: &str, outcomes: &[EpisodeOutcome], k: usize) -> anyhow::
     let pass_at_1 = agentrl_rl::mean_pass_at_k(&counts, 1)?;
     let pass_at_k = agentrl_rl::mean_pass_at_k(&counts, k)?;
     let episodes = outcomes.len() as f64;
-    let count = |f: &dyn Fn(&EpisodeOutcome) -> bool| outcomes.iter().filter(|o| f(o)).count() as f64;
+    let count =
+        |f: &dyn Fn(&EpisodeOutcome) -> bool| outcomes.iter().filter(|o| f(o)).count() as f64;
     let actions: u64 = outcomes.iter().map(|o| u64::from(o.actions)).sum();
     let format_errors: u64 = outcomes.iter().map(|o| u64::from(o.format_errors)).sum();
     Ok(EvalReport {
@@ -136,8 +139,15 @@ mod tests {
 
     #[test]
     fn uneven_samples_and_bad_k_are_errors() {
-        let eps = vec![outcome("a", true, false, 0), outcome("a", true, false, 0), outcome("b", true, false, 0)];
-        assert!(summarize("s", &eps, 1).unwrap_err().to_string().contains("samples"));
+        let eps = vec![
+            outcome("a", true, false, 0),
+            outcome("a", true, false, 0),
+            outcome("b", true, false, 0),
+        ];
+        assert!(summarize("s", &eps, 1)
+            .unwrap_err()
+            .to_string()
+            .contains("samples"));
         let eps = vec![outcome("a", true, false, 0)];
         assert!(summarize("s", &eps, 2).is_err());
         assert!(summarize("s", &[], 1).is_err());

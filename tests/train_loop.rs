@@ -59,7 +59,10 @@ fn quiet() -> SessionOptions {
 
 fn final_weights(run: &Path) -> anyhow::Result<Vec<(String, Vec<f32>)>> {
     let latest = std::fs::read_to_string(run.join("checkpoints/latest"))?;
-    let path: PathBuf = run.join("checkpoints").join(latest.trim()).join("model.safetensors");
+    let path: PathBuf = run
+        .join("checkpoints")
+        .join(latest.trim())
+        .join("model.safetensors");
     let tensors = candle_core::safetensors::load(&path, &candle_core::Device::Cpu)?;
     let mut out: Vec<(String, Vec<f32>)> = tensors
         .into_iter()
@@ -154,7 +157,12 @@ fn a_torn_checkpoint_write_does_not_break_resume() -> anyhow::Result<()> {
         &runs,
         &tasks,
         "torn",
-        &["train.steps=2", "train.checkpoint_every=1", "rollout.tasks_per_step=1", "rollout.group_size=2"],
+        &[
+            "train.steps=2",
+            "train.checkpoint_every=1",
+            "rollout.tasks_per_step=1",
+            "rollout.group_size=2",
+        ],
     )?;
     let (trainer, _) = Trainer::create(cfg)?;
     run_session(trainer, &quiet())?;
@@ -163,8 +171,14 @@ fn a_torn_checkpoint_write_does_not_break_resume() -> anyhow::Result<()> {
     // A kill in the middle of writing step 3: a staging directory with a truncated model, a
     // torn temporary of the optimizer file, and a half-written temp of `latest`.
     std::fs::create_dir_all(checkpoints.join(".partial-step_000003"))?;
-    std::fs::write(checkpoints.join(".partial-step_000003/model.safetensors"), b"\x10\x00")?;
-    std::fs::write(checkpoints.join("step_000002/.optimizer.safetensors.tmp-1"), b"xx")?;
+    std::fs::write(
+        checkpoints.join(".partial-step_000003/model.safetensors"),
+        b"\x10\x00",
+    )?;
+    std::fs::write(
+        checkpoints.join("step_000002/.optimizer.safetensors.tmp-1"),
+        b"xx",
+    )?;
     std::fs::write(checkpoints.join(".latest.tmp-1"), b"step_0000")?;
     let resumed = Trainer::resume(&run)?;
     assert_eq!(resumed.state.step, 2);

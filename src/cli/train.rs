@@ -133,7 +133,13 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<()> {
         );
         println!(
             "{:<16} {:>6} {:>10} {:>8} {:>8} {:>10} {:>8}",
-            "split", "tasks", "solve", "pass@1", format!("pass@{k}"), "format err", "hacking"
+            "split",
+            "tasks",
+            "solve",
+            "pass@1",
+            format!("pass@{k}"),
+            "format err",
+            "hacking"
         );
         for r in &reports {
             println!(

@@ -61,7 +61,10 @@ impl ActionSpace {
         let candidates: Vec<usize> = (0..MAX_CANDIDATES)
             .map(|k| id(&format!("C{k}")))
             .collect::<anyhow::Result<_>>()?;
-        let tools: Vec<usize> = TOOL_NAMES.iter().map(|t| id(t)).collect::<anyhow::Result<_>>()?;
+        let tools: Vec<usize> = TOOL_NAMES
+            .iter()
+            .map(|t| id(t))
+            .collect::<anyhow::Result<_>>()?;
         let (call_start, call_end) = (id(CALL_START)?, id(CALL_END)?);
         let mut action_words = vec![call_start, call_end];
         action_words.extend(&tools);
@@ -120,7 +123,11 @@ impl ActionSpace {
     /// position's logits), or `None`.
     pub fn bias_table(&self, device: &Device) -> anyhow::Result<Option<Tensor>> {
         Ok(match &self.table {
-            Some(t) => Some(Tensor::from_slice(t, (self.vocab_size, self.vocab_size), device)?),
+            Some(t) => Some(Tensor::from_slice(
+                t,
+                (self.vocab_size, self.vocab_size),
+                device,
+            )?),
             None => None,
         })
     }
@@ -144,7 +151,11 @@ impl StepPolicy for MaskedPolicy<'_> {
         StepPolicy::new_cache(self.model, rows)
     }
 
-    fn step(&self, rows: &[&[u32]], cache: &mut Self::Cache) -> anyhow::Result<Vec<Option<Vec<f32>>>> {
+    fn step(
+        &self,
+        rows: &[&[u32]],
+        cache: &mut Self::Cache,
+    ) -> anyhow::Result<Vec<Option<Vec<f32>>>> {
         let mut out = StepPolicy::step(self.model, rows, cache)?;
         if let Some(table) = &self.space.table {
             let n = self.space.vocab_size;

@@ -384,7 +384,9 @@ pub fn apply_override(raw: &mut toml::Table, item: &str) -> anyhow::Result<()> {
     }
     check_key_exists(&parts).with_context(|| format!("--set {item:?}"))?;
     let value = parse_override_value(value_text);
-    let (last, sections) = parts.split_last().expect("split on '.' yields at least one part");
+    let (last, sections) = parts
+        .split_last()
+        .expect("split on '.' yields at least one part");
     let mut table = raw;
     for section in sections {
         let entry = table
@@ -401,7 +403,9 @@ pub fn apply_override(raw: &mut toml::Table, item: &str) -> anyhow::Result<()> {
 /// A value as TOML (`3`, `0.5`, `true`, `"x"`, `[1, 2]`), else the raw text as a string.
 fn parse_override_value(text: &str) -> toml::Value {
     match toml::from_str::<toml::Table>(&format!("v = {text}")) {
-        Ok(mut table) => table.remove("v").unwrap_or(toml::Value::String(text.into())),
+        Ok(mut table) => table
+            .remove("v")
+            .unwrap_or(toml::Value::String(text.into())),
         Err(_) => toml::Value::String(text.into()),
     }
 }
@@ -689,8 +693,7 @@ impl Config {
                 r.minibatches
             ));
         }
-        if r.epochs == 1 && r.minibatches == 1 && r.old_logprob_pass && a.name != Algorithm::Ppo
-        {
+        if r.epochs == 1 && r.minibatches == 1 && r.old_logprob_pass && a.name != Algorithm::Ppo {
             warnings.push(
                 "algorithm.old_logprob_pass with one epoch and one minibatch: the ratio is 1 \
                  anyway; the pass only measures engine/trainer mismatch"
@@ -722,7 +725,10 @@ impl Config {
             errors.push("sampling.top_p must lie in (0, 1]".into());
         }
         if !(self.optim.lr > 0.0) || !self.optim.lr.is_finite() {
-            errors.push(format!("optim.lr = {} must be a positive number", self.optim.lr));
+            errors.push(format!(
+                "optim.lr = {} must be a positive number",
+                self.optim.lr
+            ));
         }
         if !(0.0..1.0).contains(&self.optim.beta1) || !(0.0..1.0).contains(&self.optim.beta2) {
             errors.push("optim.beta1 and optim.beta2 must lie in [0, 1)".into());
@@ -846,7 +852,10 @@ mod tests {
         std::fs::write(&path, "[optim]\nlearning_rate = 1.0\n")?;
         let err = load_config(Some(&path), &[]).unwrap_err();
         let msg = format!("{err:#}");
-        assert!(msg.contains("learning_rate") && msg.contains("bad.toml"), "{msg}");
+        assert!(
+            msg.contains("learning_rate") && msg.contains("bad.toml"),
+            "{msg}"
+        );
         Ok(())
     }
 
@@ -872,7 +881,10 @@ mod tests {
                 "eps_high",
             ),
             (&["algorithm.dual_clip_c=0.5"], "dual_clip_c"),
-            (&["algorithm.ratio_level=sequence"], "only implemented by gspo"),
+            (
+                &["algorithm.ratio_level=sequence"],
+                "only implemented by gspo",
+            ),
             (&["algorithm.name=rloo", "rollout.group_size=1"], "rloo"),
             (&["model.d_model=30", "model.heads=4"], "multiple"),
             (&["sampling.top_p=0"], "top_p"),
@@ -892,9 +904,17 @@ mod tests {
         let c = with(&["algorithm.kl_coef=0.1", "algorithm.kl_estimator=k1"]).unwrap();
         let v = c.validate();
         assert!(v.errors.is_empty(), "{:?}", v.errors);
-        assert!(v.warnings.iter().any(|w| w.contains("k1")), "{:?}", v.warnings);
+        assert!(
+            v.warnings.iter().any(|w| w.contains("k1")),
+            "{:?}",
+            v.warnings
+        );
         let v = with(&["algorithm.lam=0.9"]).unwrap().validate();
-        assert!(v.warnings.iter().any(|w| w.contains("GAE")), "{:?}", v.warnings);
+        assert!(
+            v.warnings.iter().any(|w| w.contains("GAE")),
+            "{:?}",
+            v.warnings
+        );
     }
 
     #[test]

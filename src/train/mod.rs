@@ -7,11 +7,11 @@
 //! periodic checkpoint.
 
 pub mod action_space;
+pub mod bench;
 pub mod config;
 pub mod optim;
 pub mod run_dir;
 pub mod schedule;
-pub mod update;
-pub mod trainer;
 pub mod session;
-pub mod bench;
+pub mod trainer;
+pub mod update;

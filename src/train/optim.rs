@@ -232,7 +232,12 @@ mod tests {
         }
         let got = var.as_tensor().to_vec1::<f32>()?;
         for i in 0..3 {
-            assert!((got[i] as f64 - th[i]).abs() < 1e-6, "{i}: {} vs {}", got[i], th[i]);
+            assert!(
+                (got[i] as f64 - th[i]).abs() < 1e-6,
+                "{i}: {} vs {}",
+                got[i],
+                th[i]
+            );
         }
         assert_eq!(opt.steps_taken(), 2);
         Ok(())

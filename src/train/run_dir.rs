@@ -28,8 +28,7 @@ use serde::{Deserialize, Serialize};
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let tmp = tmp_sibling(path);
     {
-        let mut file =
-            File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        let mut file = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
         file.write_all(bytes)
             .with_context(|| format!("writing {}", tmp.display()))?;
         file.sync_all()

@@ -50,7 +50,10 @@ fn eval_all(trainer: &Trainer, tag: u64) -> anyhow::Result<Vec<EvalReport>> {
 }
 
 /// Trains until `train.steps` (or the stop threshold), checkpointing as configured.
-pub fn run_session(mut trainer: Trainer, options: &SessionOptions) -> anyhow::Result<SessionOutcome> {
+pub fn run_session(
+    mut trainer: Trainer,
+    options: &SessionOptions,
+) -> anyhow::Result<SessionOutcome> {
     let started = Instant::now();
     let fresh = trainer.state.step == 0;
     let before = if options.summary_evals && fresh {
@@ -81,8 +84,13 @@ pub fn run_session(mut trainer: Trainer, options: &SessionOptions) -> anyhow::Re
         let eval_every = trainer.config.train.eval_every;
         if eval_every > 0 && step % eval_every == 0 {
             let e = &trainer.config.eval;
-            let report =
-                trainer.evaluate(Split::Train, e.samples, e.samples, e.temperature, step as u64)?;
+            let report = trainer.evaluate(
+                Split::Train,
+                e.samples,
+                e.samples,
+                e.temperature,
+                step as u64,
+            )?;
             if stop_at > 0.0 && reached.is_none() && report.hidden_solve_rate >= stop_at {
                 reached = Some((step, trainer.state.train_seconds));
             }

@@ -217,7 +217,11 @@ impl Trainer {
                 let position = step * per_step + i;
                 let epoch = position / n;
                 let mut order: Vec<usize> = (0..n).collect();
-                order.shuffle(&mut stream(self.config.train.seed, epoch as u64, STREAM_TASKS));
+                order.shuffle(&mut stream(
+                    self.config.train.seed,
+                    epoch as u64,
+                    STREAM_TASKS,
+                ));
                 self.train_ids[order[position % n]].clone()
             })
             .collect()
@@ -322,7 +326,12 @@ impl Trainer {
                 ids.truncate(per_step);
                 ids
             };
-            let mut episodes = self.sample(&task_ids, group_size, self.config.sampling.temperature, &mut rollout_rng)?;
+            let mut episodes = self.sample(
+                &task_ids,
+                group_size,
+                self.config.sampling.temperature,
+                &mut rollout_rng,
+            )?;
             for ep in &mut episodes {
                 // Unique group ids across rounds.
                 ep.group_id += (round * per_step) as u32;
@@ -381,7 +390,13 @@ impl Trainer {
                 logit_bias: self.logit_bias.as_ref(),
             };
             let mut shuffle = stream(seed, step as u64, STREAM_SHUFFLE);
-            update(&setup, &mut self.optimizer, &self.vars, &tensors, &mut shuffle)?
+            update(
+                &setup,
+                &mut self.optimizer,
+                &self.vars,
+                &tensors,
+                &mut shuffle,
+            )?
         };
         if let Some(kl) = update_metrics.kl_ref {
             self.kl.update(kl, 1)?;
@@ -461,7 +476,12 @@ impl Trainer {
         temperature: f64,
         tag: u64,
     ) -> anyhow::Result<EvalReport> {
-        let ids: Vec<String> = self.tasks.split(split).iter().map(|t| t.id.clone()).collect();
+        let ids: Vec<String> = self
+            .tasks
+            .split(split)
+            .iter()
+            .map(|t| t.id.clone())
+            .collect();
         if ids.is_empty() {
             bail!("split {split} has no tasks");
         }
@@ -549,7 +569,11 @@ pub fn tiny_config(config: &Config, codec: &TinyCodec) -> TinyConfig {
 }
 
 pub fn load_tasks(config: &Config) -> anyhow::Result<TaskSet> {
-    let dir = config.rollout.tasks_dir.as_deref().map(std::path::Path::new);
+    let dir = config
+        .rollout
+        .tasks_dir
+        .as_deref()
+        .map(std::path::Path::new);
     TaskSet::load(dir).with_context(|| match dir {
         Some(d) => format!("loading tasks from rollout.tasks_dir = {}", d.display()),
         None => "loading the built-in BugFix tasks".to_string(),

@@ -155,12 +155,16 @@ pub fn update(
     // engine's sampling log-probs. Values for GAE come from the same pass.
     let needs_values = algorithm.uses_critic();
     let (old_log_probs, old_values) = if knobs.old_logprob_pass || needs_values {
-        let (logp, _, values) = score(setup.model, &batch.ids, &batch.targets, setup.temperature, setup.logit_bias)?;
+        let (logp, _, values) = score(
+            setup.model,
+            &batch.ids,
+            &batch.targets,
+            setup.temperature,
+            setup.logit_bias,
+        )?;
         let logp = logp.detach();
-        metrics.engine_logprob_gap = masked_mean_value(
-            &(&logp - &batch.sampling_log_probs)?.abs()?,
-            &batch.mask,
-        )? as f64;
+        metrics.engine_logprob_gap =
+            masked_mean_value(&(&logp - &batch.sampling_log_probs)?.abs()?, &batch.mask)? as f64;
         let old = if knobs.old_logprob_pass {
             logp
         } else {
@@ -174,7 +178,13 @@ pub fn update(
     // Reference log-probs for KL (frozen policy; no gradient).
     let ref_log_probs = match (setup.reference, setup.kl_coef > 0.0) {
         (Some(reference), true) => {
-            let (logp, _, _) = score(reference, &batch.ids, &batch.targets, setup.temperature, setup.logit_bias)?;
+            let (logp, _, _) = score(
+                reference,
+                &batch.ids,
+                &batch.targets,
+                setup.temperature,
+                setup.logit_bias,
+            )?;
             Some(logp.detach())
         }
         (None, true) => anyhow::bail!("update: kl_coef > 0 but no reference policy was given"),
@@ -229,7 +239,13 @@ pub fn update(
                 ..AggScale::default()
             };
 
-            let (logp, logits, values) = score(setup.model, &ids, &targets, setup.temperature, setup.logit_bias)?;
+            let (logp, logits, values) = score(
+                setup.model,
+                &ids,
+                &targets,
+                setup.temperature,
+                setup.logit_bias,
+            )?;
             let pg = compute_policy_loss(
                 &policy_loss_kind,
                 &PolicyLossInputs {
@@ -410,7 +426,10 @@ mod tests {
                 }
             }
         }
-        let sampling: Vec<f32> = mask.iter().map(|&m| if m > 0.0 { -1.5 } else { 0.0 }).collect();
+        let sampling: Vec<f32> = mask
+            .iter()
+            .map(|&m| if m > 0.0 { -1.5 } else { 0.0 })
+            .collect();
         Ok(RolloutTensors {
             ids: Tensor::from_vec(ids, (b, t), device)?,
             targets: Tensor::from_vec(targets, (b, t), device)?,
@@ -473,10 +492,17 @@ mod tests {
                     logit_bias: None,
                 };
                 let m = update(&setup, &mut opt, &vars, &rollout, &mut rng)?;
-                assert!(m.loss.is_finite() && m.grad_norm.is_finite(), "{algorithm}: {m:?}");
+                assert!(
+                    m.loss.is_finite() && m.grad_norm.is_finite(),
+                    "{algorithm}: {m:?}"
+                );
                 assert!(m.grad_norm > 0.0, "{algorithm}: zero gradient");
                 assert!(m.entropy > 0.0 && m.kl_ref.is_some(), "{algorithm}: {m:?}");
-                assert_eq!(m.optimizer_steps, knobs.epochs * knobs.minibatches, "{algorithm}");
+                assert_eq!(
+                    m.optimizer_steps,
+                    knobs.epochs * knobs.minibatches,
+                    "{algorithm}"
+                );
                 if algorithm.uses_critic() {
                     assert!(m.value_loss > 0.0, "{algorithm}: {m:?}");
                 }
@@ -490,9 +516,15 @@ mod tests {
 
     #[test]
     fn outcome_reward_sits_on_the_last_action_token() -> anyhow::Result<()> {
-        let mask = Tensor::new(&[[0f32, 1., 1., 0., 1., 0.], [0., 0., 1., 1., 0., 0.]], &Device::Cpu)?;
+        let mask = Tensor::new(
+            &[[0f32, 1., 1., 0., 1., 0.], [0., 0., 1., 1., 0., 0.]],
+            &Device::Cpu,
+        )?;
         let r = token_rewards(&mask, &[2.0, -1.0])?.to_vec2::<f32>()?;
-        assert_eq!(r, vec![vec![0., 0., 0., 0., 2., 0.], vec![0., 0., 0., -1., 0., 0.]]);
+        assert_eq!(
+            r,
+            vec![vec![0., 0., 0., 0., 2., 0.], vec![0., 0., 0., -1., 0., 0.]]
+        );
         Ok(())
     }
 
