@@ -112,7 +112,7 @@ pub fn aggregate(
         }
         AggMode::SeqMeanTokenSumNorm => {
             let max_len = scale.max_len.unwrap_or(n as f64);
-            if !(max_len > 0.0) {
+            if !(max_len > 0.0 && max_len.is_finite()) {
                 return Err(crate::RlError::invalid(
                     F,
                     "scale.max_len",

@@ -36,7 +36,7 @@
 //! | CISPO (§10) | [`group_advantages`]`(GrpoStd)` → [`cispo_loss`]`(ε_low large, ε_high)` → `token-mean`; no KL |
 //! | TIS / MIS / IcePop (§13) | [`tis_weights`]`(C = 2)` / [`mis_weights`]`(token \| sequence \| geometric)` / [`icepop_weights`] → `PolicyLossInputs.token_weights` of the base loss; log [`mismatch_metrics`] |
 //! | Decoupled PPO (§13) | `token_weights = min(π_prox/π_behav, C)` via [`tis_weights`]`(train = prox, rollout = behav)` → [`ppo_clip_loss`] with `old = log π_prox` |
-//! | Clip-Cov / KL-Cov (§12) | not provided as functions; the pieces are [`ppo_clip_loss`] + [`entropy_from_logits`] (see crate report) |
+//! | Clip-Cov / KL-Cov (§12) | not provided yet (the covariance-based token selection is missing); the base is [`ppo_clip_loss`] → `token-mean`, with [`entropy_from_logits`] to monitor collapse |
 //! | DPO (§14) | [`sequence_log_probs`] for policy and reference, chosen and rejected → [`dpo_loss`]`(β = 0.1)` |
 //! | RFT / RAFT / STaR (§14) | keep passing samples (e.g. [`dynamic_sampling_filter`]-style selection by reward) → [`sft_nll_loss`] → `token-mean` |
 //! | GKD (§15) | not provided (full-vocabulary divergence needs both models' logits); see [`reverse_kl_per_token`] for the sampled-token form |

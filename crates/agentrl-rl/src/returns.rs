@@ -193,7 +193,7 @@ pub fn value_loss(
     scale: &AggScale,
 ) -> Result<ValueLossOutput> {
     const F: &str = "value_loss";
-    if !(clip_eps > 0.0) {
+    if !(clip_eps > 0.0 && clip_eps.is_finite()) {
         return Err(RlError::invalid(
             F,
             "clip_eps",

@@ -12,11 +12,16 @@ pub fn fixture(name: &str) -> Value {
 }
 
 pub fn f(v: &Value) -> f64 {
-    v.as_f64().unwrap_or_else(|| panic!("expected a number, got {v}"))
+    v.as_f64()
+        .unwrap_or_else(|| panic!("expected a number, got {v}"))
 }
 
 pub fn vec1(v: &Value) -> Vec<f32> {
-    v.as_array().expect("array").iter().map(|x| f(x) as f32).collect()
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|x| f(x) as f32)
+        .collect()
 }
 
 pub fn vec2(v: &Value) -> Vec<Vec<f32>> {
@@ -54,7 +59,11 @@ pub fn close(a: f64, b: f64) -> bool {
 }
 
 pub fn assert_close(what: &str, a: f64, b: f64) {
-    assert!(close(a, b), "{what}: got {a}, expected {b} (diff {})", (a - b).abs());
+    assert!(
+        close(a, b),
+        "{what}: got {a}, expected {b} (diff {})",
+        (a - b).abs()
+    );
 }
 
 pub fn assert_rows_close(what: &str, got: &[Vec<f32>], want: &[Vec<f32>]) {
@@ -62,7 +71,10 @@ pub fn assert_rows_close(what: &str, got: &[Vec<f32>], want: &[Vec<f32>]) {
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
         assert_eq!(g.len(), w.len(), "{what}: row {i} length");
         for (t, (a, b)) in g.iter().zip(w).enumerate() {
-            assert!(close(f64::from(*a), f64::from(*b)), "{what}[{i}][{t}]: got {a}, expected {b}");
+            assert!(
+                close(f64::from(*a), f64::from(*b)),
+                "{what}[{i}][{t}]: got {a}, expected {b}"
+            );
         }
     }
 }
@@ -70,7 +82,10 @@ pub fn assert_rows_close(what: &str, got: &[Vec<f32>], want: &[Vec<f32>]) {
 pub fn assert_slice_close(what: &str, got: &[f32], want: &[f32]) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     for (i, (a, b)) in got.iter().zip(want).enumerate() {
-        assert!(close(f64::from(*a), f64::from(*b)), "{what}[{i}]: got {a}, expected {b}");
+        assert!(
+            close(f64::from(*a), f64::from(*b)),
+            "{what}[{i}]: got {a}, expected {b}"
+        );
     }
 }
 
