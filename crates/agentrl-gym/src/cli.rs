@@ -9,8 +9,9 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use serde_json::json;
 
-use crate::env::{default_executor, BugFixEnv, EnvConfig, OutcomeCache};
+use crate::env::{BugFixEnv, EnvConfig, OutcomeCache};
 use crate::render::render_text;
+use crate::sandbox::{default_executor, sandbox_info_report};
 use crate::task::{Split, TaskSet};
 use crate::types::{Action, Env, Observation, ToolCall};
 
@@ -93,13 +94,36 @@ pub enum GymCommand {
     },
 }
 
+/// Runs a gym command. A closed stdout (`agentrl gym list | head`) ends it quietly.
 pub fn run(args: GymArgs) -> anyhow::Result<()> {
+    match run_command(args) {
+        Err(err)
+            if err
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+fn run_command(args: GymArgs) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
     match args.command {
         GymCommand::List { split, tasks } => {
             let tasks = tasks.load()?;
             let split = split.map(|s| s.parse::<Split>()).transpose()?;
-            for task in tasks.tasks().iter().filter(|t| split.is_none_or(|s| t.split == s)) {
-                println!("{:<20} {:<14} {:<15} {}", task.id, task.family, task.split, task.prompt);
+            for task in tasks
+                .tasks()
+                .iter()
+                .filter(|t| split.is_none_or(|s| t.split == s))
+            {
+                writeln!(
+                    stdout,
+                    "{:<20} {:<14} {:<15} {}",
+                    task.id, task.family, task.split, task.prompt
+                )?;
             }
             Ok(())
         }
@@ -111,45 +135,77 @@ pub fn run(args: GymArgs) -> anyhow::Result<()> {
                     "prompt": task.prompt, "files": task.visible,
                     "candidates": task.candidate_edits(),
                 });
-                println!("{}", serde_json::to_string_pretty(&out)?);
+                writeln!(stdout, "{}", serde_json::to_string_pretty(&out)?)?;
             } else {
-                println!("id: {}\nfamily: {}\nsplit: {}\nprompt: {}\n", task.id, task.family, task.split, task.prompt);
+                writeln!(
+                    stdout,
+                    "id: {}\nfamily: {}\nsplit: {}\nprompt: {}\n",
+                    task.id, task.family, task.split, task.prompt
+                )?;
                 for (name, content) in &task.visible {
-                    println!("--- {name}\n{content}");
+                    writeln!(stdout, "--- {name}\n{content}")?;
                 }
             }
             Ok(())
         }
         GymCommand::Play { id, tasks } => {
             let stdin = std::io::stdin();
-            play(tasks.load()?, &id, stdin.lock(), std::io::stdout())
+            play(tasks.load()?, &id, stdin.lock(), stdout)
         }
-        GymCommand::Run { task, actions, tasks } => {
+        GymCommand::Run {
+            task,
+            actions,
+            tasks,
+        } => {
             let text = std::fs::read_to_string(&actions)
                 .with_context(|| format!("reading actions file {}", actions.display()))?;
-            run_actions(tasks.load()?, &task, &text, &mut std::io::stdout())
+            run_actions(tasks.load()?, &task, &text, &mut stdout)
         }
         GymCommand::Validate { json, tasks } => {
             let tasks = tasks.load()?;
-            let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).min(8);
-            let results = crate::validate::validate_all(tasks.clone(), default_executor(), OutcomeCache::new(), threads)?;
-            let baseline = crate::validate::random_baseline(tasks, default_executor(), OutcomeCache::new(), 20, 0)?;
-            let with_hack = results.iter().filter(|r| !r.public_passing_hacks.is_empty()).count();
+            let threads = std::thread::available_parallelism()
+                .map_or(2, |n| n.get())
+                .min(8);
+            let executor = default_executor()?;
+            let cache = OutcomeCache::new();
+            let results = crate::validate::validate_all(
+                tasks.clone(),
+                executor.clone(),
+                cache.clone(),
+                threads,
+            )?;
+            let baseline = crate::validate::random_baseline(tasks, executor, cache, 20, 0)?;
+            let with_hack = results
+                .iter()
+                .filter(|r| !r.public_passing_hacks.is_empty())
+                .count();
             let bad: Vec<_> = results.iter().filter(|r| !r.ok()).collect();
             if json {
-                println!("{}", serde_json::to_string_pretty(&json!({
-                    "tasks": results, "with_public_passing_hack": with_hack, "random_baseline": baseline,
-                }))?);
+                writeln!(
+                    stdout,
+                    "{}",
+                    serde_json::to_string_pretty(&json!({
+                        "tasks": results, "with_public_passing_hack": with_hack, "random_baseline": baseline,
+                    }))?
+                )?;
             } else {
                 for r in &results {
-                    let status = if r.ok() { "ok".to_string() } else { format!("FAIL: {}", r.problems.join("; ")) };
-                    println!("{:<20} {:<15} candidates {} solving {:?} public-only {:?}  {status}", r.id, r.split, r.candidates, r.solving_candidates, r.public_passing_hacks);
+                    let status = if r.ok() {
+                        "ok".to_string()
+                    } else {
+                        format!("FAIL: {}", r.problems.join("; "))
+                    };
+                    writeln!(
+                        stdout,
+                        "{:<20} {:<15} candidates {} solving {:?} public-only {:?}  {status}",
+                        r.id, r.split, r.candidates, r.solving_candidates, r.public_passing_hacks
+                    )?;
                 }
-                println!(
+                writeln!(stdout,
                     "{} tasks, {} valid; {} with a public-passing hack decoy; random candidate solve rate {:.3}, random tool-call solve rate {:.3} ({} episodes)",
                     results.len(), results.len() - bad.len(), with_hack,
                     baseline.random_candidate_solve_rate, baseline.random_tool_calls_solve_rate, baseline.episodes
-                );
+                )?;
             }
             if !bad.is_empty() {
                 bail!("{} task(s) failed validation", bad.len());
@@ -159,13 +215,23 @@ pub fn run(args: GymArgs) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        GymCommand::RandomBaseline { episodes_per_task, seed, tasks } => {
-            let baseline = crate::validate::random_baseline(tasks.load()?, default_executor(), OutcomeCache::new(), episodes_per_task, seed)?;
-            println!("{}", serde_json::to_string_pretty(&baseline)?);
+        GymCommand::RandomBaseline {
+            episodes_per_task,
+            seed,
+            tasks,
+        } => {
+            let baseline = crate::validate::random_baseline(
+                tasks.load()?,
+                default_executor()?,
+                OutcomeCache::new(),
+                episodes_per_task,
+                seed,
+            )?;
+            writeln!(stdout, "{}", serde_json::to_string_pretty(&baseline)?)?;
             Ok(())
         }
         GymCommand::SandboxInfo { .. } => {
-            println!("{}", serde_json::to_string_pretty(&default_executor().info())?);
+            write!(stdout, "{}", sandbox_info_report())?;
             Ok(())
         }
     }
@@ -177,7 +243,10 @@ pub fn parse_typed(line: &str) -> Action {
     if line.starts_with('{') {
         return match serde_json::from_str::<ToolCall>(line) {
             Ok(call) => Action::Call(call),
-            Err(err) => Action::Malformed { raw: line.into(), reason: format!("bad JSON tool call: {err}") },
+            Err(err) => Action::Malformed {
+                raw: line.into(),
+                reason: format!("bad JSON tool call: {err}"),
+            },
         };
     }
     let (name, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
@@ -185,19 +254,44 @@ pub fn parse_typed(line: &str) -> Action {
     let arguments = match (name, rest) {
         (_, "") => json!({}),
         ("read", path) => json!({ "path": path }),
-        ("edit", k) if k.parse::<u64>().is_ok() => json!({ "candidate": k.parse::<u64>().unwrap_or(0) }),
+        ("edit", k) if k.parse::<u64>().is_ok() => {
+            json!({ "candidate": k.parse::<u64>().unwrap_or(0) })
+        }
         (_, args) if args.starts_with('{') => match serde_json::from_str(args) {
             Ok(v) => v,
-            Err(err) => return Action::Malformed { raw: line.into(), reason: format!("bad JSON arguments: {err}") },
+            Err(err) => {
+                return Action::Malformed {
+                    raw: line.into(),
+                    reason: format!("bad JSON arguments: {err}"),
+                }
+            }
         },
-        _ => return Action::Malformed { raw: line.into(), reason: format!("cannot read arguments `{rest}`; use JSON") },
+        _ => {
+            return Action::Malformed {
+                raw: line.into(),
+                reason: format!("cannot read arguments `{rest}`; use JSON"),
+            }
+        }
     };
-    Action::Call(ToolCall { name: name.to_string(), arguments })
+    Action::Call(ToolCall {
+        name: name.to_string(),
+        arguments,
+    })
 }
 
 /// The interactive loop of `gym play`, over any reader/writer (tests feed it text).
-pub fn play(tasks: Arc<TaskSet>, id: &str, input: impl BufRead, mut output: impl Write) -> anyhow::Result<()> {
-    let mut env = BugFixEnv::new(tasks, default_executor(), OutcomeCache::new(), EnvConfig::default());
+pub fn play(
+    tasks: Arc<TaskSet>,
+    id: &str,
+    input: impl BufRead,
+    mut output: impl Write,
+) -> anyhow::Result<()> {
+    let mut env = BugFixEnv::new(
+        tasks,
+        default_executor()?,
+        OutcomeCache::new(),
+        EnvConfig::default(),
+    );
     let first = env.reset(id)?;
     writeln!(output, "{}", render_text(&first))?;
     writeln!(output, "Type: read PATH | test | edit K | edit {{JSON}} | submit | exploit | {{\"name\":..,\"arguments\":..}}")?;
@@ -217,23 +311,41 @@ pub fn play(tasks: Arc<TaskSet>, id: &str, input: impl BufRead, mut output: impl
 }
 
 /// `gym run`: one JSON line per step, then the final reward line.
-pub fn run_actions(tasks: Arc<TaskSet>, id: &str, jsonl: &str, out: &mut impl Write) -> anyhow::Result<()> {
+pub fn run_actions(
+    tasks: Arc<TaskSet>,
+    id: &str,
+    jsonl: &str,
+    out: &mut impl Write,
+) -> anyhow::Result<()> {
     let mut calls = Vec::new();
     for (i, line) in jsonl.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let call: ToolCall = serde_json::from_str(line)
-            .with_context(|| format!("actions line {}: not a tool call `{{\"name\": …, \"arguments\": {{…}}}}`", i + 1))?;
+        let call: ToolCall = serde_json::from_str(line).with_context(|| {
+            format!(
+                "actions line {}: not a tool call `{{\"name\": …, \"arguments\": {{…}}}}`",
+                i + 1
+            )
+        })?;
         calls.push(call);
     }
-    let mut env = BugFixEnv::new(tasks, default_executor(), OutcomeCache::new(), EnvConfig::default());
+    let mut env = BugFixEnv::new(
+        tasks,
+        default_executor()?,
+        OutcomeCache::new(),
+        EnvConfig::default(),
+    );
     env.reset(id)?;
     let mut reward = None;
     for call in calls {
         let step = env.step(&Action::Call(call.clone()))?;
         let ok = !matches!(step.observation, Observation::Error { .. });
-        writeln!(out, "{}", json!({ "call": call, "result": { "ok": ok, "text": render_text(&step.observation), "observation": step.observation } }))?;
+        writeln!(
+            out,
+            "{}",
+            json!({ "call": call, "result": { "ok": ok, "text": render_text(&step.observation), "observation": step.observation } })
+        )?;
         if step.done {
             reward = step.reward;
             break;
@@ -242,14 +354,21 @@ pub fn run_actions(tasks: Arc<TaskSet>, id: &str, jsonl: &str, out: &mut impl Wr
     let reward = match reward {
         Some(r) => r,
         None => {
-            let step = env.step(&Action::Call(ToolCall { name: "submit".into(), arguments: json!({}) }))?;
+            let step = env.step(&Action::Call(ToolCall {
+                name: "submit".into(),
+                arguments: json!({}),
+            }))?;
             step.reward.context("submit did not end the episode")?
         }
     };
-    writeln!(out, "{}", json!({
-        "reward": reward.score, "public_passed": reward.public_passed, "public_total": reward.public_total,
-        "hidden_passed": reward.hidden_passed, "hidden_total": reward.hidden_total,
-        "tampered": reward.tampered, "format_errors": reward.format_errors, "solved": reward.solved(),
-    }))?;
+    writeln!(
+        out,
+        "{}",
+        json!({
+            "reward": reward.score, "public_passed": reward.public_passed, "public_total": reward.public_total,
+            "hidden_passed": reward.hidden_passed, "hidden_total": reward.hidden_total,
+            "tampered": reward.tampered, "format_errors": reward.format_errors, "solved": reward.solved(),
+        })
+    )?;
     Ok(())
 }

@@ -41,7 +41,9 @@ use crate::harness;
 use crate::reward::RewardFn;
 use crate::sandbox::{Executor, Job, Limits, SandboxError, Termination};
 use crate::task::{Task, TaskError, TaskSet, PUBLIC_TEST_FILE};
-use crate::types::{Action, Env, ErrorKind, FileView, Observation, Reward, Step, TestReport, ToolCall};
+use crate::types::{
+    Action, Env, ErrorKind, FileView, Observation, Reward, Step, TestReport, ToolCall,
+};
 use crate::verify::{self, TamperReport, Verdict, VerifyError};
 
 /// The tool names the env understands.
@@ -111,7 +113,11 @@ impl OutcomeCache {
 }
 
 /// 128 bits from two independently salted SipHash runs over the same content.
-fn content_key<'a>(task_id: &str, kind: &str, files: impl Iterator<Item = (&'a str, &'a [u8])> + Clone) -> u128 {
+fn content_key<'a>(
+    task_id: &str,
+    kind: &str,
+    files: impl Iterator<Item = (&'a str, &'a [u8])> + Clone,
+) -> u128 {
     let half = |salt: u64| {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         salt.hash(&mut h);
@@ -243,7 +249,10 @@ impl BugFixEnv {
                 format!("`{path}` is absolute; paths are relative to the workspace"),
             ));
         }
-        if rel.components().any(|c| !matches!(c, Component::Normal(_) | Component::CurDir)) {
+        if rel
+            .components()
+            .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+        {
             return Err(CallError(
                 ErrorKind::BadPath,
                 format!("`{path}` leaves the workspace (`..` is not allowed)"),
@@ -254,14 +263,20 @@ impl BugFixEnv {
         if !parent.is_dir() {
             return Err(CallError(
                 ErrorKind::BadPath,
-                format!("`{path}`: folder `{}` does not exist in the workspace", parent.strip_prefix(root).unwrap_or(parent).display()),
+                format!(
+                    "`{path}`: folder `{}` does not exist in the workspace",
+                    parent.strip_prefix(root).unwrap_or(parent).display()
+                ),
             ));
         }
         // Refuse symlinks anywhere on the way (an agent could plant one pointing outside).
         let mut walk = root.to_path_buf();
         for part in rel.components() {
             walk.push(part);
-            if walk.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink()) {
+            if walk
+                .symlink_metadata()
+                .is_ok_and(|m| m.file_type().is_symlink())
+            {
                 return Err(CallError(
                     ErrorKind::BadPath,
                     format!("`{path}` goes through a symbolic link"),
@@ -269,7 +284,10 @@ impl BugFixEnv {
             }
         }
         if full.is_dir() {
-            return Err(CallError(ErrorKind::BadPath, format!("`{path}` is a folder")));
+            return Err(CallError(
+                ErrorKind::BadPath,
+                format!("`{path}` is a folder"),
+            ));
         }
         Ok(full)
     }
@@ -277,14 +295,21 @@ impl BugFixEnv {
     fn read_existing(&self, path: &str) -> Result<(PathBuf, String), CallError> {
         let full = self.resolve(path)?;
         let text = std::fs::read(&full).map_err(|_| {
-            CallError(ErrorKind::NotFound, format!("`{path}` does not exist in the workspace"))
+            CallError(
+                ErrorKind::NotFound,
+                format!("`{path}` does not exist in the workspace"),
+            )
         })?;
         Ok((full, String::from_utf8_lossy(&text).into_owned()))
     }
 
     fn write(&self, full: &Path, text: &str) -> Result<(), CallError> {
-        std::fs::write(full, text)
-            .map_err(|err| CallError(ErrorKind::BadPath, format!("cannot write {}: {err}", full.display())))
+        std::fs::write(full, text).map_err(|err| {
+            CallError(
+                ErrorKind::BadPath,
+                format!("cannot write {}: {err}", full.display()),
+            )
+        })
     }
 
     fn tool_read(&self, args: &Value) -> ToolResult {
@@ -302,13 +327,20 @@ impl BugFixEnv {
     /// Runs the workspace's own public tests (cached).
     pub fn run_workspace_tests(&self) -> Result<TestReport, GymError> {
         let episode = self.episode.as_ref().ok_or(GymError::NoEpisode)?;
-        let files = verify::workspace_files(episode.workspace.path()).map_err(io("scanning the workspace"))?;
+        let files = verify::workspace_files(episode.workspace.path())
+            .map_err(io("scanning the workspace"))?;
         let key = content_key(
             &episode.task.id,
             "public",
             files.iter().map(|(k, v)| (k.as_str(), v.as_slice())),
         );
-        if let Some(hit) = self.cache.public.lock().ok().and_then(|c| c.get(&key).cloned()) {
+        if let Some(hit) = self
+            .cache
+            .public
+            .lock()
+            .ok()
+            .and_then(|c| c.get(&key).cloned())
+        {
             self.cache.count(true);
             return Ok(hit);
         }
@@ -332,13 +364,23 @@ impl BugFixEnv {
     }
 
     /// Verifies module contents for a task (cached).
-    pub fn verify_modules(&self, task: &Task, modules: &BTreeMap<String, String>) -> Result<Verdict, GymError> {
+    pub fn verify_modules(
+        &self,
+        task: &Task,
+        modules: &BTreeMap<String, String>,
+    ) -> Result<Verdict, GymError> {
         let key = content_key(
             &task.id,
             "verdict",
             modules.iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
         );
-        if let Some(hit) = self.cache.verdicts.lock().ok().and_then(|c| c.get(&key).cloned()) {
+        if let Some(hit) = self
+            .cache
+            .verdicts
+            .lock()
+            .ok()
+            .and_then(|c| c.get(&key).cloned())
+        {
             self.cache.count(true);
             return Ok(hit);
         }
@@ -358,15 +400,27 @@ impl BugFixEnv {
         if has("candidate") {
             let k = obj["candidate"]
                 .as_u64()
-                .ok_or_else(|| bad_args("`candidate` must be a non-negative integer"))? as usize;
-            let task = &self.episode.as_ref().ok_or_else(|| bad_args("no episode"))?.task;
+                .ok_or_else(|| bad_args("`candidate` must be a non-negative integer"))?
+                as usize;
+            let task = &self
+                .episode
+                .as_ref()
+                .ok_or_else(|| bad_args("no episode"))?
+                .task;
             let Some(candidate) = task.candidates.get(k) else {
                 return Err(CallError(
                     ErrorKind::BadCandidate,
-                    format!("candidate {k} does not exist (this task has {})", task.candidates.len()),
+                    format!(
+                        "candidate {k} does not exist (this task has {})",
+                        task.candidates.len()
+                    ),
                 ));
             };
-            let original = task.visible.get(&candidate.path).cloned().unwrap_or_default();
+            let original = task
+                .visible
+                .get(&candidate.path)
+                .cloned()
+                .unwrap_or_default();
             let full = self.resolve(&candidate.path)?;
             self.write(&full, &original.replacen(&candidate.old, &candidate.new, 1))?;
             return Ok(Observation::Edited {
@@ -385,7 +439,10 @@ impl BugFixEnv {
             }
             let count = text.matches(old.as_str()).count();
             if count == 0 {
-                return Err(CallError(ErrorKind::NotFound, format!("`old` text not found in {path}")));
+                return Err(CallError(
+                    ErrorKind::NotFound,
+                    format!("`old` text not found in {path}"),
+                ));
             }
             if count > 1 {
                 return Err(CallError(
@@ -445,7 +502,8 @@ impl BugFixEnv {
             .filter_map(|l| l.split('(').next())
             .filter(|name| name.starts_with("test"))
             .collect();
-        let mut forged = String::from("import unittest\n\n\nclass TestPublic(unittest.TestCase):\n");
+        let mut forged =
+            String::from("import unittest\n\n\nclass TestPublic(unittest.TestCase):\n");
         for name in &names {
             forged.push_str(&format!("    def {name}(self):\n        pass\n\n"));
         }
@@ -465,13 +523,17 @@ impl BugFixEnv {
     fn finish(&mut self) -> Result<Reward, GymError> {
         let episode = self.episode.as_ref().ok_or(GymError::NoEpisode)?;
         let task = episode.task.clone();
-        let files = verify::workspace_files(episode.workspace.path()).map_err(io("scanning the workspace"))?;
+        let files = verify::workspace_files(episode.workspace.path())
+            .map_err(io("scanning the workspace"))?;
         let tamper = verify::check_tamper(&task, &files);
         let modules: BTreeMap<String, String> = task
             .modules
             .iter()
             .map(|m| {
-                let content = files.get(m).map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
+                let content = files
+                    .get(m)
+                    .map(|b| String::from_utf8_lossy(b).into_owned())
+                    .unwrap_or_default();
                 (m.clone(), content)
             })
             .collect();
@@ -543,7 +605,8 @@ impl Env for BugFixEnv {
             .tempdir()
             .map_err(io("creating a workspace"))?;
         for (name, content) in &task.visible {
-            std::fs::write(workspace.path().join(name), content).map_err(io(format!("writing {name}")))?;
+            std::fs::write(workspace.path().join(name), content)
+                .map_err(io(format!("writing {name}")))?;
         }
         let observation = Observation::Task {
             task_id: task.id.clone(),
@@ -603,9 +666,4 @@ impl Env for BugFixEnv {
             reward,
         })
     }
-}
-
-/// The executor the CLI and tests use by default.
-pub fn default_executor() -> Arc<dyn Executor> {
-    Arc::new(crate::local_exec::LocalExecutor::default())
 }

@@ -106,7 +106,9 @@ else:
 
 /// Stdin for [`PUBLIC_TESTS_PROGRAM`].
 pub fn public_stdin(modules: &[String]) -> Vec<u8> {
-    serde_json::json!({ "modules": modules }).to_string().into_bytes()
+    serde_json::json!({ "modules": modules })
+        .to_string()
+        .into_bytes()
 }
 
 /// Stdin for [`HIDDEN_CASES_PROGRAM`]: names, setups and expressions only, no expectations.
@@ -136,7 +138,9 @@ struct PublicRecord {
 fn ended_early(output: &RunOutput) -> String {
     let how = match &output.termination {
         Termination::Exited { code } => format!("the test process exited with code {code}"),
-        Termination::Signaled { signal } => format!("the test process was killed by signal {signal}"),
+        Termination::Signaled { signal } => {
+            format!("the test process was killed by signal {signal}")
+        }
         Termination::TimedOut => "the test run timed out".to_string(),
     };
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -145,7 +149,10 @@ fn ended_early(output: &RunOutput) -> String {
         format!("{how} before the tests finished")
     } else {
         let tail: Vec<&str> = tail.into_iter().rev().collect();
-        format!("{how} before the tests finished; stderr ends: {}", tail.join(" | "))
+        format!(
+            "{how} before the tests finished; stderr ends: {}",
+            tail.join(" | ")
+        )
     }
 }
 
@@ -160,7 +167,10 @@ pub fn parse_public(output: &RunOutput) -> TestReport {
         if let Some(crashed) = record.crashed {
             report.first_failure.get_or_insert(FailureInfo {
                 test: PUBLIC_TEST_FILE.to_string(),
-                exception: record.exception.clone().unwrap_or_else(|| "Exception".into()),
+                exception: record
+                    .exception
+                    .clone()
+                    .unwrap_or_else(|| "Exception".into()),
                 message: crashed.clone(),
                 line: record.line,
                 file: record.file.clone(),

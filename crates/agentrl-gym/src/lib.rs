@@ -5,6 +5,13 @@
 //! the real code in a sandboxed child process; a verifier runs hidden tests on a pristine
 //! harness and turns the outcome into a [`types::Reward`].
 //!
+//! Module map, in data-flow order: [`task`] (task folders, splits; format in `TASKS.md`) →
+//! [`env`] (`BugFixEnv`: workspaces and tools, outcome cache) → [`harness`] (the Python programs
+//! run in the [`sandbox`], and trusted parsing of their results) → [`verify`] (hidden tests on a
+//! pristine harness, tamper check) → [`reward`] (`RewardFn`). [`render`] turns observations into
+//! chat text or TinyAgent symbols; [`validate`] checks task folders and measures a random
+//! policy; [`cli`] is `agentrl gym …`.
+//!
 //! This crate sits at the start of the data flow (`TaskSet → Env::reset → Observation →
 //! ToolCall → Env::step → Reward`) and has no tensor stack: it builds and tests on its own.
 
@@ -12,7 +19,6 @@ pub mod bench;
 pub mod cli;
 pub mod env;
 pub mod harness;
-pub mod local_exec;
 pub mod render;
 pub mod reward;
 pub mod sandbox;

@@ -22,7 +22,10 @@ pub enum RewardFn {
     FractionPassed,
     /// `inner` minus `per_error` for each format error (malformed call, unknown tool, bad
     /// arguments). Not clamped: a policy that only emits garbage scores below zero.
-    FormatPenalty { inner: Box<RewardFn>, per_error: f32 },
+    FormatPenalty {
+        inner: Box<RewardFn>,
+        per_error: f32,
+    },
 }
 
 impl RewardFn {

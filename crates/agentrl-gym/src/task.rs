@@ -186,7 +186,10 @@ impl Task {
             message,
         };
         if meta.modules.is_empty() {
-            return Err(bad(&toml_path, "`modules` must name at least one file".into()));
+            return Err(bad(
+                &toml_path,
+                "`modules` must name at least one file".into(),
+            ));
         }
         let mut visible = BTreeMap::new();
         let mut reference = BTreeMap::new();
@@ -198,24 +201,27 @@ impl Task {
                 ));
             }
             visible.insert(module.clone(), read(module)?);
-            reference.insert(
-                module.clone(),
-                read(&format!("{REFERENCE_DIR}/{module}"))?,
-            );
+            reference.insert(module.clone(), read(&format!("{REFERENCE_DIR}/{module}"))?);
         }
         visible.insert(PUBLIC_TEST_FILE.to_string(), read(PUBLIC_TEST_FILE)?);
         for (i, candidate) in meta.candidates.iter().enumerate() {
             let Some(source) = visible.get(&candidate.path) else {
                 return Err(bad(
                     &toml_path,
-                    format!("candidates[{i}].path `{}` is not one of `modules`", candidate.path),
+                    format!(
+                        "candidates[{i}].path `{}` is not one of `modules`",
+                        candidate.path
+                    ),
                 ));
             };
             let count = source.matches(candidate.old.as_str()).count();
             if candidate.old.is_empty() || count != 1 {
                 return Err(bad(
                     &toml_path,
-                    format!("candidates[{i}].old must occur exactly once in {} (found {count} times)", candidate.path),
+                    format!(
+                        "candidates[{i}].old must occur exactly once in {} (found {count} times)",
+                        candidate.path
+                    ),
                 ));
             }
         }

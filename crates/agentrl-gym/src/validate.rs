@@ -64,10 +64,18 @@ pub fn validate_task(env: &mut BugFixEnv, task: &Task) -> Result<TaskValidation,
             "the reference fix passes only {}/{} hidden tests{}",
             verdict.hidden_passed(),
             verdict.hidden_total(),
-            verdict.hidden.problem.as_deref().map(|p| format!(" ({p})")).unwrap_or_default()
+            verdict
+                .hidden
+                .problem
+                .as_deref()
+                .map(|p| format!(" ({p})"))
+                .unwrap_or_default()
         ));
     }
-    if !verdict.public.failed.is_empty() || verdict.public.crashed.is_some() || verdict.public.passed.is_empty() {
+    if !verdict.public.failed.is_empty()
+        || verdict.public.crashed.is_some()
+        || verdict.public.passed.is_empty()
+    {
         problems.push(format!(
             "the reference fix does not pass the public tests: {}",
             crate::render::test_report_text(&verdict.public)
@@ -130,7 +138,12 @@ pub fn validate_all(
     std::thread::scope(|scope| {
         for _ in 0..threads.max(1) {
             scope.spawn(|| {
-                let mut env = BugFixEnv::new(tasks.clone(), executor.clone(), cache.clone(), EnvConfig::default());
+                let mut env = BugFixEnv::new(
+                    tasks.clone(),
+                    executor.clone(),
+                    cache.clone(),
+                    EnvConfig::default(),
+                );
                 loop {
                     let next = queue.lock().ok().and_then(|mut q| q.pop());
                     let Some(task) = next else { break };
@@ -197,8 +210,16 @@ pub fn random_baseline(
                 .iter()
                 .map(|f| call("read", serde_json::json!({ "path": f })))
                 .collect();
-            menu.extend((0..task.candidates.len()).map(|k| call("edit", serde_json::json!({ "candidate": k }))));
-            menu.extend(TOOLS.iter().filter(|t| !matches!(**t, "read" | "edit")).map(|t| call(t, serde_json::json!({}))));
+            menu.extend(
+                (0..task.candidates.len())
+                    .map(|k| call("edit", serde_json::json!({ "candidate": k }))),
+            );
+            menu.extend(
+                TOOLS
+                    .iter()
+                    .filter(|t| !matches!(**t, "read" | "edit"))
+                    .map(|t| call(t, serde_json::json!({}))),
+            );
             loop {
                 let action = &menu[rng.random_range(0..menu.len())];
                 let step = env.step(action)?;
@@ -209,7 +230,13 @@ pub fn random_baseline(
             }
         }
     }
-    let rate = |n: usize| if episodes == 0 { 0.0 } else { n as f64 / episodes as f64 };
+    let rate = |n: usize| {
+        if episodes == 0 {
+            0.0
+        } else {
+            n as f64 / episodes as f64
+        }
+    };
     Ok(RandomBaseline {
         episodes,
         random_candidate_solve_rate: rate(candidate_solved),

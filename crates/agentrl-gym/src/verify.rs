@@ -45,7 +45,9 @@ pub enum VerifyError {
 }
 
 fn scratch_dir(files: &[(&str, &str)]) -> Result<tempfile::TempDir, std::io::Error> {
-    let dir = tempfile::Builder::new().prefix("agentrl-verify-").tempdir()?;
+    let dir = tempfile::Builder::new()
+        .prefix("agentrl-verify-")
+        .tempdir()?;
     for (name, content) in files {
         std::fs::write(dir.path().join(name), content)?;
     }
@@ -127,7 +129,10 @@ pub fn workspace_files(root: &Path) -> Result<BTreeMap<String, Vec<u8>>, std::io
                 .unwrap_or_default();
             // Symlinks are recorded by their target path text, never followed.
             let content = if kind.is_symlink() {
-                std::fs::read_link(&path)?.to_string_lossy().into_owned().into_bytes()
+                std::fs::read_link(&path)?
+                    .to_string_lossy()
+                    .into_owned()
+                    .into_bytes()
             } else {
                 std::fs::read(&path)?
             };

@@ -77,32 +77,6 @@ fn set_rlimit(resource: libc::__rlimit_resource_t, value: u64) -> std::io::Resul
     Ok(())
 }
 
-/// The outer process of the PID-namespace split: wait for PID 1 and end the same way.
-fn relay_child_status(child: libc::pid_t) -> ! {
-    // SAFETY: only async-signal-safe calls; this process never returns to Rust code.
-    unsafe {
-        // Close everything, including std's exec-error pipe, so the parent sees the exec.
-        libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
-        let mut status = 0;
-        loop {
-            let rc = libc::waitpid(child, &mut status, 0);
-            if rc == child {
-                break;
-            }
-            if rc < 0 && *libc::__errno_location() != libc::EINTR {
-                libc::_exit(125);
-            }
-        }
-        if libc::WIFSIGNALED(status) {
-            let signal = libc::WTERMSIG(status);
-            libc::signal(signal, libc::SIG_DFL);
-            libc::kill(libc::getpid(), signal);
-            libc::_exit(128 + signal);
-        }
-        libc::_exit(libc::WEXITSTATUS(status));
-    }
-}
-
 impl Executor for FreshExecutor {
     fn run(&self, job: &Job) -> Result<RunOutput, SandboxError> {
         let host = &self.host;
@@ -155,16 +129,7 @@ impl Executor for FreshExecutor {
                 join_network()?;
                 set_rlimit(libc::RLIMIT_CORE, 0)?;
                 if pid_namespace {
-                    if libc::unshare(libc::CLONE_NEWPID) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    let pid = libc::fork();
-                    if pid < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    if pid > 0 {
-                        relay_child_status(pid);
-                    }
+                    host::become_pid_namespace_init()?;
                 }
                 if libc::chdir(workspace_c.as_ptr()) != 0 {
                     return Err(std::io::Error::last_os_error());

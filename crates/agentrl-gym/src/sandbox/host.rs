@@ -51,7 +51,7 @@ pub(crate) struct HostSetup {
     /// Root here, and the chosen Python runs as an unprivileged uid: each job gets its own uid.
     pub drop_uid: bool,
     pub network: NetworkIsolation,
-    /// Root here: each job runs as PID 1 of its own PID namespace.
+    /// Root here: PID namespaces bound what a job can leave behind (see `info`).
     pub pid_namespace: bool,
     /// Landlock ABI version; 0 when Landlock is unavailable.
     pub landlock_abi: i32,
@@ -360,7 +360,9 @@ impl HostSetup {
         }
         if self.pid_namespace {
             notes.push(
-                "each job is PID 1 of its own PID namespace: nothing it starts outlives it".into(),
+                "PID namespaces: a fresh job is PID 1 of its own; a pool worker is PID 1 of its own \
+                 and kills everything else in it after each job, so nothing a job starts outlives it"
+                    .into(),
             );
         }
         if self.landlock_abi > 0 {
@@ -381,6 +383,8 @@ impl HostSetup {
             landlock: self.landlock_abi > 0,
             scrubbed_env: true,
             output_caps: true,
+            privilege_drop: self.drop_uid,
+            pid_namespace: self.pid_namespace,
             notes,
         }
     }
@@ -644,4 +648,59 @@ pub(crate) const WORKER_PY: &str = include_str!("worker.py");
 /// Expose a path's C string for pre_exec use.
 pub(crate) fn path_cstring(path: &Path) -> Result<CString, SandboxError> {
     cstring(path)
+}
+
+/// The outer process of the PID-namespace split: wait for PID 1 and end the same way.
+fn relay_child_status(child: libc::pid_t) -> ! {
+    // SAFETY: only async-signal-safe calls; this process never returns to Rust code.
+    unsafe {
+        // Close everything, including std's exec-error pipe, so the parent sees the exec.
+        libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
+        let mut status = 0;
+        loop {
+            let rc = libc::waitpid(child, &mut status, 0);
+            if rc == child {
+                break;
+            }
+            if rc < 0 && *libc::__errno_location() != libc::EINTR {
+                libc::_exit(125);
+            }
+        }
+        if libc::WIFSIGNALED(status) {
+            let signal = libc::WTERMSIG(status);
+            libc::signal(signal, libc::SIG_DFL);
+            libc::kill(libc::getpid(), signal);
+            libc::_exit(128 + signal);
+        }
+        libc::_exit(libc::WEXITSTATUS(status));
+    }
+}
+
+/// Between fork and exec: unshare a PID namespace and fork again. The outer process stays
+/// behind to wait and relay the exit status (it never returns); the inner one, PID 1 of the
+/// new namespace, returns `Ok` and goes on to exec. When PID 1 exits, the kernel kills every
+/// process left in its namespace; when the outer process is killed, PID 1 gets SIGKILL.
+///
+/// # Safety
+/// Only for `pre_exec`: async-signal-safe calls only.
+pub(crate) unsafe fn become_pid_namespace_init() -> std::io::Result<()> {
+    // SAFETY: plain syscalls; see the function's contract.
+    unsafe {
+        if libc::unshare(libc::CLONE_NEWPID) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let pid = libc::fork();
+        if pid < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if pid > 0 {
+            relay_child_status(pid);
+        }
+        // Root still (no credential change follows before exec in the pool's case; the fresh
+        // executor sets it again after its uid change): die with the relay.
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }

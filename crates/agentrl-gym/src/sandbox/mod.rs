@@ -85,6 +85,12 @@ pub struct SandboxInfo {
     pub landlock: bool,
     pub scrubbed_env: bool,
     pub output_caps: bool,
+    /// Jobs run as an unprivileged uid of their own (needs root here), so RLIMIT_NPROC holds.
+    #[serde(default)]
+    pub privilege_drop: bool,
+    /// PID namespaces guarantee that nothing a job starts outlives it (needs root here).
+    #[serde(default)]
+    pub pid_namespace: bool,
     /// Human-readable notes, e.g. why a layer is off.
     pub notes: Vec<String>,
 }
@@ -149,6 +155,8 @@ pub fn sandbox_info_report() -> String {
         ("landlock", info.landlock),
         ("scrubbed environment", info.scrubbed_env),
         ("output caps", info.output_caps),
+        ("unprivileged uid", info.privilege_drop),
+        ("pid namespace", info.pid_namespace),
     ] {
         report.push_str(&format!("{name:<22}{}\n", on_off(on)));
     }

@@ -1,11 +1,12 @@
 //! [`PoolExecutor`]: warm `python3` fork servers (the default executor).
 //!
 //! Each worker is a long-lived Python process (worker.py, `serve`) spawned inside the empty
-//! network namespace, with the stdlib modules tests use already imported. For every job it
-//! forks a supervisor, which forks the job process as PID 1 of a fresh PID namespace; the job
-//! process applies rlimits, Landlock, its own uid and the scrubbed environment, runs the
-//! program and dies. So jobs skip interpreter start-up but share nothing: each starts from the
-//! server's pristine memory image, and the server never imports workspace code.
+//! network namespace as PID 1 of its own PID namespace, with the stdlib modules tests use
+//! already imported. For every job it forks a job process, which applies rlimits, Landlock,
+//! the worker's uid and the scrubbed environment, runs the program and dies; then the server
+//! kills and reaps everything else in its namespace. So jobs skip interpreter start-up but
+//! share nothing: each starts from the server's pristine memory image, and the server never
+//! imports workspace code.
 //!
 //! Requests and replies travel over the worker's stdin/stdout as frames: u32 big-endian header
 //! length, header JSON, then raw blobs whose lengths the header lists.
@@ -82,7 +83,8 @@ struct WireReply {
 /// One warm fork server.
 struct Worker {
     child: Child,
-    requests: ChildStdin,
+    /// `None` only while shutting down.
+    requests: Option<ChildStdin>,
     replies: ChildStdout,
     /// The uid its jobs run as (held for the worker's lifetime).
     lease: Option<UidLease>,
@@ -116,6 +118,7 @@ impl Worker {
             .map_err(|e| SandboxError::Protocol(format!("encode worker config: {e}")))?;
         let boot = format!("{}\nserve(sys.argv[1])\n", host::WORKER_PY);
         let join_network = host.network_pre_exec();
+        let pid_namespace = host.pid_namespace;
         let mut command = Command::new(&host.python);
         command
             .args(host::PYTHON_FLAGS)
@@ -127,14 +130,18 @@ impl Worker {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
-        // SAFETY: setns/unshare are async-signal-safe.
+        // SAFETY: setsid/setns/unshare/fork are async-signal-safe.
         unsafe {
             command.pre_exec(move || {
                 // Its own session: signals to our process group do not reach it.
                 if libc::setsid() < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                join_network()
+                join_network()?;
+                if pid_namespace {
+                    host::become_pid_namespace_init()?;
+                }
+                Ok(())
             });
         }
         let mut child = command.spawn().map_err(|source| SandboxError::Spawn {
@@ -151,7 +158,7 @@ impl Worker {
             .ok_or_else(|| SandboxError::Protocol("worker stdout missing".into()))?;
         Ok(Worker {
             child,
-            requests,
+            requests: Some(requests),
             replies,
             lease,
             gone: false,
@@ -184,11 +191,11 @@ impl Worker {
             let what = what.to_string();
             move |source| SandboxError::Io { what, source }
         };
-        if let Err(error) = self
-            .requests
-            .write_all(&frame)
-            .and_then(|()| self.requests.flush())
-        {
+        let sent = match self.requests.as_mut() {
+            Some(requests) => requests.write_all(&frame).and_then(|()| requests.flush()),
+            None => Err(std::io::Error::from(std::io::ErrorKind::BrokenPipe)),
+        };
+        if let Err(error) = sent {
             self.gone = error.kind() == std::io::ErrorKind::BrokenPipe;
             return Err(io("send job to worker")(error));
         }
@@ -293,7 +300,16 @@ impl Worker {
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        // Closing its stdin ends `serve`; kill in case it is stuck, then reap.
+        // Closing its stdin ends `serve`: a clean exit (its CPU time is then accounted to us).
+        // A worker that does not exit promptly is killed.
+        drop(self.requests.take());
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < deadline {
+            match self.child.try_wait() {
+                Ok(None) => std::thread::sleep(Duration::from_millis(2)),
+                _ => return,
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -417,14 +433,18 @@ impl Executor for PoolExecutor {
             .to_string();
         let worker = self.checkout();
         match self.run_on(worker, job, &workspace) {
-            // The worker died under the job (killed from outside, out of memory): one retry on a
-            // fresh worker. A job that timed out or failed inside the sandbox is never retried.
-            Err(RunFailure::WorkerDied(first)) => match self.run_on(None, job, &workspace) {
-                Ok(output) => Ok(output),
-                Err(RunFailure::WorkerDied(second) | RunFailure::Other(second)) => Err(
-                    SandboxError::Protocol(format!("{first}; retried on a fresh worker: {second}")),
-                ),
-            },
+            // The worker died under the job (killed from outside, out of memory): one retry on
+            // another (or a respawned) worker. A job that timed out or failed inside the sandbox is never retried.
+            Err(RunFailure::WorkerDied(first)) => {
+                match self.run_on(self.checkout(), job, &workspace) {
+                    Ok(output) => Ok(output),
+                    Err(RunFailure::WorkerDied(second) | RunFailure::Other(second)) => {
+                        Err(SandboxError::Protocol(format!(
+                            "{first}; retried on a fresh worker: {second}"
+                        )))
+                    }
+                }
+            }
             Err(RunFailure::Other(error)) => Err(error),
             Ok(output) => Ok(output),
         }
