@@ -378,7 +378,7 @@ where
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use agentrl_gym::CandidateEdit;
+    use agentrl_gym::{CandidateEdit, ErrorKind};
     use agentrl_model::{TinyAgent, TinyConfig};
     use candle_core::Device;
     use rand::SeedableRng;
@@ -454,6 +454,7 @@ pub(crate) mod tests {
                     self.format_errors += 1;
                     (
                         Observation::Error {
+                            error: ErrorKind::Malformed,
                             message: reason.clone(),
                         },
                         false,
@@ -468,6 +469,7 @@ pub(crate) mod tests {
                             (
                                 Observation::Edited {
                                     path: "mod.py".into(),
+                                    candidate: Some(k),
                                     summary: format!("C{k}"),
                                 },
                                 false,
@@ -476,6 +478,7 @@ pub(crate) mod tests {
                             self.format_errors += 1;
                             (
                                 Observation::Error {
+                                    error: ErrorKind::BadCandidate,
                                     message: "no such candidate".into(),
                                 },
                                 false,
@@ -610,6 +613,13 @@ pub(crate) mod tests {
                         TokenSource::Action => assert!(ep.logprobs[p] < 0.0),
                         _ => assert_eq!(ep.logprobs[p], 0.0),
                     }
+                }
+                if *src == TokenSource::Action {
+                    let last = ep.tokens[*idx.last().unwrap()];
+                    assert!(
+                        codec.is_stop(last) || idx.len() == 6,
+                        "an action ends with a stop token or at the action cap"
+                    );
                 }
                 if *src == TokenSource::Observation {
                     assert_eq!(ep.tokens[idx[0]], v.obs_start_id());

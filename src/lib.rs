@@ -6,6 +6,7 @@
 
 pub mod algo;
 pub mod batch;
+pub mod bench_train_step;
 pub mod cli;
 pub mod engine;
 pub mod episode;

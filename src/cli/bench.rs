@@ -38,9 +38,7 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
     match args.target {
         BenchTarget::Gym { json, tasks } => agentrl_gym::bench::run(json, &tasks),
         BenchTarget::Train { json } => crate::train::bench::run(json, &[]),
-        BenchTarget::TrainStep { .. } => {
-            anyhow::bail!("bench train-step need TinyAgent, which is not built yet")
-        }
+        BenchTarget::TrainStep { json } => crate::bench_train_step::run(json),
         BenchTarget::Qwen3 { .. } => anyhow::bail!("bench qwen3 is not built yet"),
     }
 }

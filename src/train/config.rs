@@ -718,13 +718,13 @@ impl Config {
         if self.rollout.max_turns == 0 || self.rollout.max_action_tokens == 0 {
             errors.push("rollout.max_turns and rollout.max_action_tokens must be >= 1".into());
         }
-        if !(self.sampling.temperature > 0.0) {
+        if self.sampling.temperature.is_nan() || self.sampling.temperature <= 0.0 {
             errors.push("sampling.temperature must be > 0".into());
         }
         if !(self.sampling.top_p > 0.0 && self.sampling.top_p <= 1.0) {
             errors.push("sampling.top_p must lie in (0, 1]".into());
         }
-        if !(self.optim.lr > 0.0) || !self.optim.lr.is_finite() {
+        if !self.optim.lr.is_finite() || self.optim.lr <= 0.0 {
             errors.push(format!(
                 "optim.lr = {} must be a positive number",
                 self.optim.lr
@@ -736,7 +736,7 @@ impl Config {
         if self.optim.grad_clip < 0.0 {
             errors.push("optim.grad_clip must be >= 0 (0 disables clipping)".into());
         }
-        if self.model.heads == 0 || self.model.d_model % self.model.heads != 0 {
+        if self.model.heads == 0 || !self.model.d_model.is_multiple_of(self.model.heads) {
             errors.push(format!(
                 "model.d_model = {} must be a multiple of model.heads = {}",
                 self.model.d_model, self.model.heads

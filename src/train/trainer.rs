@@ -198,7 +198,8 @@ impl Trainer {
             logit_bias,
             tasks,
             train_ids,
-            executor: agentrl_gym::env::default_executor(),
+            executor: agentrl_gym::sandbox::default_executor()
+                .context("starting the gym's sandbox executor")?,
             cache: OutcomeCache::new(),
             kl,
             state,
@@ -412,7 +413,7 @@ impl Trainer {
         self.state.train_seconds += time_step_s;
 
         let every = self.config.train.episodes_every;
-        if every > 0 && self.state.step % every == 0 {
+        if every > 0 && self.state.step.is_multiple_of(every) {
             self.run.write_episodes(self.state.step, &all)?;
         }
         let n = all.len().max(1) as f64;

@@ -216,6 +216,16 @@ impl TinyCodec {
         }
     }
 
+    /// The codec for the BugFix gym: its symbol vocabulary and renderer
+    /// (`agentrl_gym::render`), with the default action cap.
+    pub fn for_gym() -> Self {
+        Self::new(
+            &agentrl_gym::render::symbol_vocabulary(),
+            agentrl_gym::render::render_symbols,
+            DEFAULT_MAX_ACTION_TOKENS,
+        )
+    }
+
     pub fn vocab(&self) -> &TinyVocab {
         &self.vocab
     }
@@ -333,6 +343,26 @@ mod tests {
             Observation::Error { .. } => vec!["ERR".into()],
             _ => vec!["PASS".into(), "strange-symbol".into()],
         }
+    }
+
+    #[test]
+    fn gym_codec_covers_every_gym_symbol() {
+        let c = TinyCodec::for_gym();
+        let symbols = agentrl_gym::render::symbol_vocabulary();
+        for s in &symbols {
+            assert!(c.vocab().id(s).is_some(), "{s} missing");
+        }
+        assert!(
+            c.vocab().len() < 300,
+            "vocabulary has {} words",
+            c.vocab().len()
+        );
+        let obs = c.observation_ids(&task());
+        assert!(
+            !obs.contains(&c.vocab().unk_id()),
+            "{}",
+            c.vocab().decode(&obs)
+        );
     }
 
     fn codec() -> TinyCodec {

@@ -3,6 +3,7 @@
 //! TinyAgent (a small transformer with a value head), and the [`Policy`] interface the engine
 //! and the trainer use. Token ids in, logits and values out; no gym, no sampling.
 
+pub mod fused;
 pub mod policy;
 pub mod tiny;
 

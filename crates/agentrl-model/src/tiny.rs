@@ -10,10 +10,11 @@
 //! causal multi-head self-attention, GELU MLP), a final RMSNorm, an LM head and a value head
 //! (`V(s_t)`, a linear map of the final hidden state, ALGORITHMS.md §2).
 //!
-//! Only differentiable ops are used (`ops::softmax`, `RmsNorm::forward_diff`): candle's fused
-//! `softmax_last_dim` / `rms_norm` record no backward pass and would silently starve the weights
-//! upstream of gradient (shared/DESIGN.md, "candle"). The test
-//! `every_parameter_gets_a_finite_nonzero_gradient` guards this.
+//! Only differentiable ops are used: candle's fused `softmax_last_dim` / `rms_norm` record no
+//! backward pass and would silently starve the weights upstream of gradient (shared/DESIGN.md,
+//! "candle"). RMSNorm, GELU and the causal softmax are our own fused ops with hand-written
+//! backward passes ([`crate::fused`]); the ragged incremental path uses `ops::softmax`. The
+//! test `every_parameter_gets_a_finite_nonzero_gradient` guards this.
 //!
 //! Weights live in one [`VarMap`] and are initialised from a seeded ChaCha generator (candle's
 //! CPU RNG cannot be seeded), so the same seed always gives the same model.
@@ -22,15 +23,17 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Context as _;
-use candle_core::{DType, Device, Module, Tensor, Var, D};
-use candle_nn::{Linear, RmsNorm, VarMap};
+use candle_core::{Device, Module, Tensor, Var, D};
+use candle_nn::{Linear, VarMap};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::fused;
 use crate::policy::{Policy, PolicyOutput};
 
-/// TinyAgent's shape. Defaults are sized for a 2-core CPU: about 110k parameters.
+/// TinyAgent's shape. Defaults are sized for a 2-core CPU (about 160k parameters) and use the
+/// BugFix gym's tiny vocabulary.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TinyConfig {
@@ -49,7 +52,8 @@ pub struct TinyConfig {
 impl Default for TinyConfig {
     fn default() -> Self {
         Self {
-            vocab_size: 320,
+            // The BugFix gym's tiny vocabulary (specials, tools, candidates, gym symbols).
+            vocab_size: agentrl_chat::tiny::TinyCodec::for_gym().vocab().len(),
             d_model: 64,
             n_layers: 2,
             n_heads: 4,
@@ -95,11 +99,18 @@ fn dense(x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
     y.reshape(out_dims)
 }
 
+/// How attention hides keys: the training forward is plainly causal (one fused op); the
+/// incremental path needs an explicit additive mask for its ragged rows.
+enum AttentionMask<'a> {
+    Causal,
+    Additive(&'a Tensor),
+}
+
 struct Block {
-    norm_attn: RmsNorm,
+    norm_attn: Tensor,
     qkv: Tensor,
     attn_out: Tensor,
-    norm_mlp: RmsNorm,
+    norm_mlp: Tensor,
     mlp_up: Tensor,
     mlp_down: Tensor,
 }
@@ -110,13 +121,13 @@ impl Block {
     fn forward(
         &self,
         x: &Tensor,
-        mask: &Tensor,
+        mask: AttentionMask,
         cache: Option<&mut Option<(Tensor, Tensor)>>,
         cfg: &TinyConfig,
     ) -> candle_core::Result<Tensor> {
         let (b, t, d) = x.dims3()?;
         let (h, dh) = (cfg.n_heads, cfg.head_dim());
-        let normed = self.norm_attn.forward_diff(x)?;
+        let normed = fused::rms_norm(x, &self.norm_attn, cfg.rms_eps)?;
         let qkv = dense(&normed, &self.qkv)?
             .reshape((b, t, 3, h, dh))?
             .permute((2, 0, 3, 1, 4))?;
@@ -131,16 +142,21 @@ impl Block {
             *slot = Some((k.clone(), v.clone()));
         }
         let scale = 1.0 / (dh as f64).sqrt();
-        let scores = (q.matmul(&k.t()?)? * scale)?.broadcast_add(mask)?;
-        let probs = candle_nn::ops::softmax(&scores, D::Minus1)?;
+        let scores = q.matmul(&k.t()?)?;
+        let probs = match mask {
+            AttentionMask::Causal => fused::causal_softmax(&scores, scale)?,
+            AttentionMask::Additive(mask) => {
+                candle_nn::ops::softmax(&(scores * scale)?.broadcast_add(mask)?, D::Minus1)?
+            }
+        };
         let ctx = probs
             .matmul(&v)?
             .transpose(1, 2)?
             .contiguous()?
             .reshape((b, t, d))?;
         let x = (x + dense(&ctx, &self.attn_out)?)?;
-        let normed = self.norm_mlp.forward_diff(&x)?;
-        let hidden = dense(&normed, &self.mlp_up)?.gelu()?;
+        let normed = fused::rms_norm(&x, &self.norm_mlp, cfg.rms_eps)?;
+        let hidden = fused::gelu(&dense(&normed, &self.mlp_up)?)?;
         x + dense(&hidden, &self.mlp_down)?
     }
 }
@@ -222,7 +238,7 @@ pub struct TinyAgent {
     tok_emb: Tensor,
     pos_emb: Tensor,
     blocks: Vec<Block>,
-    norm_final: RmsNorm,
+    norm_final: Tensor,
     lm_head: Tensor,
     value_head: Linear,
 }
@@ -317,16 +333,14 @@ impl TinyAgent {
                 .cloned()
                 .with_context(|| format!("tiny model: missing parameter {name}"))
         };
-        let norm =
-            |name: &str| -> anyhow::Result<RmsNorm> { Ok(RmsNorm::new(get(name)?, cfg.rms_eps)) };
         let blocks = (0..cfg.n_layers)
             .map(|layer| {
                 let p = format!("blocks.{layer}");
                 Ok(Block {
-                    norm_attn: norm(&format!("{p}.norm_attn.weight"))?,
+                    norm_attn: get(&format!("{p}.norm_attn.weight"))?,
                     qkv: get(&format!("{p}.attn.qkv.weight"))?,
                     attn_out: get(&format!("{p}.attn.out.weight"))?,
-                    norm_mlp: norm(&format!("{p}.norm_mlp.weight"))?,
+                    norm_mlp: get(&format!("{p}.norm_mlp.weight"))?,
                     mlp_up: get(&format!("{p}.mlp.up.weight"))?,
                     mlp_down: get(&format!("{p}.mlp.down.weight"))?,
                 })
@@ -336,7 +350,7 @@ impl TinyAgent {
             tok_emb: get("tok_emb.weight")?,
             pos_emb: get("pos_emb.weight")?,
             blocks,
-            norm_final: norm("norm_final.weight")?,
+            norm_final: get("norm_final.weight")?,
             lm_head: get("lm_head.weight")?,
             value_head: Linear::new(get("value_head.weight")?, Some(get("value_head.bias")?)),
             cfg,
@@ -375,7 +389,7 @@ impl TinyAgent {
     }
 
     fn head(&self, x: &Tensor) -> candle_core::Result<PolicyOutput> {
-        let h = self.norm_final.forward_diff(x)?;
+        let h = fused::rms_norm(x, &self.norm_final, self.cfg.rms_eps)?;
         let logits = dense(&h, &self.lm_head)?;
         let values = self.value_head.forward(&h)?.squeeze(D::Minus1)?;
         Ok(PolicyOutput { logits, values })
@@ -396,9 +410,8 @@ impl TinyAgent {
                 .reshape((b, t, self.cfg.d_model))?;
         let pos = self.pos_emb.narrow(0, 0, t)?;
         let mut x = tokens.broadcast_add(&pos)?;
-        let mask = causal_mask(t, &self.device)?;
         for block in &self.blocks {
-            x = block.forward(&x, &mask, None, &self.cfg)?;
+            x = block.forward(&x, AttentionMask::Causal, None, &self.cfg)?;
         }
         self.head(&x)
     }
@@ -481,7 +494,12 @@ impl TinyAgent {
         let mut x = (self.tok_emb.embedding(&ids)? + self.pos_emb.embedding(&positions)?)?
             .reshape((b, n, d))?;
         for (block, layer_cache) in self.blocks.iter().zip(cache.layers.iter_mut()) {
-            x = block.forward(&x, &mask, Some(layer_cache), &self.cfg)?;
+            x = block.forward(
+                &x,
+                AttentionMask::Additive(&mask),
+                Some(layer_cache),
+                &self.cfg,
+            )?;
         }
         self.head(&x)
     }
@@ -497,18 +515,10 @@ impl Policy for TinyAgent {
     }
 }
 
-/// Additive causal mask `[1, 1, T, T]`: 0 on and below the diagonal, -inf above.
-fn causal_mask(t: usize, device: &Device) -> candle_core::Result<Tensor> {
-    let mask: Vec<f32> = (0..t)
-        .flat_map(|i| (0..t).map(move |j| if j <= i { 0.0 } else { f32::NEG_INFINITY }))
-        .collect();
-    Tensor::from_vec(mask, (1, 1, t, t), device)?.to_dtype(DType::F32)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::IndexOp;
+    use candle_core::{DType, IndexOp};
 
     fn small() -> TinyConfig {
         TinyConfig {

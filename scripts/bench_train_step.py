@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""PyTorch eager CPU baseline for `agentrl bench train-step`.
+
+The same TinyAgent model (token + learned position embeddings, pre-norm blocks with RMSNorm,
+causal multi-head attention, tanh-GELU MLP, final RMSNorm, LM head, value head), the same
+clipped-surrogate loss with masked token-mean, and AdamW, at the shapes given as one JSON
+argument by the Rust side. Attention uses `F.scaled_dot_product_attention(is_causal=True)`,
+the idiomatic (and fastest) eager PyTorch path. Runs on 2 threads and prints one JSON line:
+{"torch_ms": median ms per step, "torch_version": ..., "threads": 2}.
+"""
+import json
+import math
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+CLIP_EPS = 0.2
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d, eps=1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads, mlp_ratio):
+        super().__init__()
+        self.heads = heads
+        self.norm_attn = RMSNorm(d)
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.out = nn.Linear(d, d, bias=False)
+        self.norm_mlp = RMSNorm(d)
+        self.up = nn.Linear(d, mlp_ratio * d, bias=False)
+        self.down = nn.Linear(mlp_ratio * d, d, bias=False)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        h = self.heads
+        qkv = self.qkv(self.norm_attn(x)).view(b, t, 3, h, d // h).permute(2, 0, 3, 1, 4)
+        ctx = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
+        x = x + self.out(ctx.transpose(1, 2).reshape(b, t, d))
+        return x + self.down(F.gelu(self.up(self.norm_mlp(x)), approximate="tanh"))
+
+
+class TinyAgent(nn.Module):
+    def __init__(self, s):
+        super().__init__()
+        d = s["d_model"]
+        self.tok_emb = nn.Embedding(s["vocab"], d)
+        self.pos_emb = nn.Embedding(s["max_seq"], d)
+        self.blocks = nn.ModuleList(
+            [Block(d, s["n_heads"], s["mlp_ratio"]) for _ in range(s["n_layers"])]
+        )
+        self.norm_final = RMSNorm(d)
+        self.lm_head = nn.Linear(d, s["vocab"], bias=False)
+        self.value_head = nn.Linear(d, 1)
+
+    def forward(self, ids):
+        t = ids.shape[1]
+        x = self.tok_emb(ids) + self.pos_emb.weight[:t]
+        for block in self.blocks:
+            x = block(x)
+        h = self.norm_final(x)
+        return self.lm_head(h), self.value_head(h).squeeze(-1)
+
+
+def policy_loss(model, ids, targets, mask, old_logp, adv):
+    logits, _ = model(ids)
+    logp = torch.log_softmax(logits, -1).gather(2, targets.unsqueeze(2)).squeeze(2)
+    ratio = torch.exp(logp - old_logp)
+    per_token = -torch.minimum(ratio * adv, ratio.clamp(1 - CLIP_EPS, 1 + CLIP_EPS) * adv)
+    return (per_token * mask).sum() / mask.sum()
+
+
+def main():
+    s = json.loads(sys.argv[1])
+    torch.set_num_threads(2)
+    torch.manual_seed(0)
+    b, t, v = s["batch"], s["seq_len"], s["vocab"]
+    model = TinyAgent(s)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    seq = torch.randint(0, v, (b, t + 1))
+    ids, targets = seq[:, :t].contiguous(), seq[:, 1:].contiguous()
+    mask = (torch.rand(b, t) < 1 / 3).float()
+    old_logp = torch.full((b, t), -math.log(v))
+    adv = torch.rand(b, 1) * 2 - 1
+    times = []
+    for step in range(s["warmup"] + s["steps"]):
+        start = time.perf_counter()
+        loss = policy_loss(model, ids, targets, mask, old_logp, adv)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        loss.item()
+        if step >= s["warmup"]:
+            times.append((time.perf_counter() - start) * 1e3)
+    print(json.dumps({
+        "torch_ms": statistics.median(times),
+        "torch_version": torch.__version__,
+        "threads": torch.get_num_threads(),
+    }))
+
+
+if __name__ == "__main__":
+    main()
