@@ -54,7 +54,7 @@ impl Default for ModelConfig {
             heads: 4,
             mlp_ratio: 4,
             max_seq: 256,
-            action_vocab: ActionVocab::Actions,
+            action_vocab: ActionVocab::Grammar,
         }
     }
 }
@@ -228,7 +228,7 @@ impl Default for RolloutConfig {
             split: "train".into(),
             tasks_per_step: 8,
             group_size: 8,
-            max_turns: 6,
+            max_turns: 4,
             max_action_tokens: 6,
             tasks_dir: None,
         }
