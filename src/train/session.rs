@@ -148,7 +148,7 @@ pub fn summary_table(outcome: &SessionOutcome) -> String {
     };
     let k = outcome.after.first().map_or(1, |r| r.k);
     out.push_str(&format!(
-        "{:<16} {:>17} {:>17} {:>17} {:>17} {:>17}\n",
+        "{:<20} {:>17} {:>17} {:>17} {:>17} {:>17}\n",
         "split (hidden)",
         "solve rate",
         "pass@1",
@@ -159,7 +159,7 @@ pub fn summary_table(outcome: &SessionOutcome) -> String {
     for after in &outcome.after {
         let before = outcome.before.iter().find(|b| b.split == after.split);
         out.push_str(&format!(
-            "{:<16} {:>17} {:>17} {:>17} {:>17} {:>17}\n",
+            "{:<20} {:>17} {:>17} {:>17} {:>17} {:>17}\n",
             format!("{} ({})", after.split, after.tasks),
             arrow(before.map(|b| b.hidden_solve_rate), after.hidden_solve_rate),
             arrow(before.map(|b| b.pass_at_1), after.pass_at_1),
