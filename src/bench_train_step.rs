@@ -9,6 +9,8 @@
 //!
 //! Both sides report the median of `steps` timed steps after `warmup` untimed ones, so the
 //! figure is the steady-state cost, not allocation warm-up or the first-call overheads.
+//! candle runs on rayon's thread count (`RAYON_NUM_THREADS`, default: all cores); PyTorch is
+//! timed at 2 threads (the reference) and at 1 thread (for context).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -123,8 +125,17 @@ fn policy_loss(model: &TinyAgent, batch: &SyntheticBatch) -> candle_core::Result
     (per_token * &batch.mask)?.sum_all()? / batch.mask.sum_all()?.to_scalar::<f32>()? as f64
 }
 
-/// Median milliseconds of one candle training step.
-pub fn time_candle(shapes: &TrainStepShapes) -> anyhow::Result<f64> {
+/// Median milliseconds of one candle training step, and of its phases.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct CandleTiming {
+    pub step_ms: f64,
+    pub forward_loss_ms: f64,
+    pub backward_ms: f64,
+    pub optimizer_ms: f64,
+}
+
+/// Times `shapes.steps` candle training steps after `shapes.warmup` untimed ones.
+pub fn time_candle(shapes: &TrainStepShapes) -> anyhow::Result<CandleTiming> {
     let device = Device::Cpu;
     let model = TinyAgent::new(shapes.model_config(), 0, &device)?;
     let batch = synthetic_batch(shapes, &device)?;
@@ -137,18 +148,32 @@ pub fn time_candle(shapes: &TrainStepShapes) -> anyhow::Result<f64> {
             ..ParamsAdamW::default()
         },
     )?;
-    let mut times = Vec::with_capacity(shapes.steps);
+    let mut phases: [Vec<f64>; 4] = Default::default();
     for step in 0..shapes.warmup + shapes.steps {
         let start = Instant::now();
         let loss = policy_loss(&model, &batch)?;
-        opt.backward_step(&loss)?;
-        // Make sure the step is finished (candle is eager on CPU, but be explicit).
+        // Reading the scalar makes sure the forward is done (candle is eager on CPU anyway).
         let _ = loss.to_dtype(DType::F32)?.to_scalar::<f32>()?;
+        let forward = Instant::now();
+        let grads = loss.backward()?;
+        let backward = Instant::now();
+        opt.step(&grads)?;
+        let end = Instant::now();
         if step >= shapes.warmup {
-            times.push(start.elapsed().as_secs_f64() * 1e3);
+            let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
+            phases[0].push(ms(start, end));
+            phases[1].push(ms(start, forward));
+            phases[2].push(ms(forward, backward));
+            phases[3].push(ms(backward, end));
         }
     }
-    Ok(median(&mut times))
+    let [step, fwd, bwd, opt_ms] = phases.map(|mut p| median(&mut p));
+    Ok(CandleTiming {
+        step_ms: step,
+        forward_loss_ms: fwd,
+        backward_ms: bwd,
+        optimizer_ms: opt_ms,
+    })
 }
 
 fn median(times: &mut [f64]) -> f64 {
@@ -160,6 +185,7 @@ fn median(times: &mut [f64]) -> f64 {
 #[derive(Debug, Deserialize)]
 struct TorchReport {
     torch_ms: f64,
+    torch_1thread_ms: f64,
     torch_version: String,
     threads: usize,
 }
@@ -194,7 +220,12 @@ pub struct TrainStepReport {
     pub shapes: TrainStepShapes,
     pub parameters: usize,
     pub candle_ms: f64,
+    /// The candle step split into phases (medians; they need not sum exactly to `candle_ms`).
+    pub candle_phases: CandleTiming,
+    /// PyTorch at 2 threads (the reference figure).
     pub torch_ms: Option<f64>,
+    /// PyTorch at 1 thread, for context on a busy machine.
+    pub torch_1thread_ms: Option<f64>,
     /// torch_ms / candle_ms (> 1: candle is faster).
     pub ratio: Option<f64>,
     pub torch_version: Option<String>,
@@ -208,23 +239,27 @@ pub struct TrainStepReport {
 pub fn run(json: bool) -> anyhow::Result<()> {
     let shapes = TrainStepShapes::default_run();
     let parameters = TinyAgent::new(shapes.model_config(), 0, &Device::Cpu)?.num_parameters();
-    let candle_ms = time_candle(&shapes)?;
+    let candle = time_candle(&shapes)?;
+    let candle_ms = candle.step_ms;
     let torch = time_torch(&shapes);
-    let (torch_ms, torch_version, torch_threads, torch_error) = match torch {
+    let (torch_ms, torch_1thread_ms, torch_version, torch_threads, torch_error) = match torch {
         Ok(r) => (
             Some(r.torch_ms),
+            Some(r.torch_1thread_ms),
             Some(r.torch_version),
             Some(r.threads),
             None,
         ),
-        Err(err) => (None, None, None, Some(format!("{err:#}"))),
+        Err(err) => (None, None, None, None, Some(format!("{err:#}"))),
     };
     let report = TrainStepReport {
         ratio: torch_ms.map(|t| t / candle_ms),
         shapes,
         parameters,
         candle_ms,
+        candle_phases: candle,
         torch_ms,
+        torch_1thread_ms,
         torch_version,
         torch_threads,
         candle_threads: candle_core::utils::get_num_threads(),
@@ -243,6 +278,11 @@ pub fn run(json: bool) -> anyhow::Result<()> {
         "  candle  {:8.2} ms/step (median of {}, {} threads)",
         report.candle_ms, s.steps, report.candle_threads
     );
+    let p = &report.candle_phases;
+    println!(
+        "          (forward+loss {:.2} ms, backward {:.2} ms, AdamW {:.2} ms)",
+        p.forward_loss_ms, p.backward_ms, p.optimizer_ms
+    );
     match (&report.torch_ms, &report.torch_error) {
         (Some(t), _) => {
             println!(
@@ -251,6 +291,9 @@ pub fn run(json: bool) -> anyhow::Result<()> {
                 report.torch_threads.unwrap_or(0),
                 report.torch_version.as_deref().unwrap_or("?")
             );
+            if let Some(one) = report.torch_1thread_ms {
+                println!("          (torch at 1 thread: {one:.2} ms/step)");
+            }
             println!(
                 "  ratio   {:8.2}x (torch / candle; goal >= 3x)",
                 report.ratio.unwrap_or(f64::NAN)
@@ -282,7 +325,7 @@ mod tests {
             warmup: 0,
             steps: 2,
         };
-        assert!(time_candle(&shapes).unwrap() > 0.0);
+        assert!(time_candle(&shapes).unwrap().step_ms > 0.0);
         // The loss is a real objective: a few AdamW steps lower it.
         let model = TinyAgent::new(shapes.model_config(), 0, &Device::Cpu).unwrap();
         let batch = synthetic_batch(&shapes, &Device::Cpu).unwrap();

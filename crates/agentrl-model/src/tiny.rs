@@ -71,7 +71,7 @@ impl TinyConfig {
         anyhow::ensure!(self.d_model > 0, "tiny config: d_model must be > 0");
         anyhow::ensure!(self.n_layers > 0, "tiny config: n_layers must be > 0");
         anyhow::ensure!(
-            self.n_heads > 0 && self.d_model % self.n_heads == 0,
+            self.d_model.checked_rem(self.n_heads) == Some(0),
             "tiny config: n_heads ({}) must be > 0 and divide d_model ({})",
             self.n_heads,
             self.d_model
