@@ -736,7 +736,7 @@ impl Config {
         if self.optim.grad_clip < 0.0 {
             errors.push("optim.grad_clip must be >= 0 (0 disables clipping)".into());
         }
-        if self.model.heads == 0 || !self.model.d_model.is_multiple_of(self.model.heads) {
+        if self.model.heads == 0 || !super::every(self.model.d_model, self.model.heads) {
             errors.push(format!(
                 "model.d_model = {} must be a multiple of model.heads = {}",
                 self.model.d_model, self.model.heads

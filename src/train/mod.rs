@@ -15,3 +15,10 @@ pub mod schedule;
 pub mod session;
 pub mod trainer;
 pub mod update;
+
+/// `n > 0` and `step` is a multiple of `n` ("every n steps"). Written with `%` because the
+/// workspace's MSRV (1.85) predates `usize::is_multiple_of`.
+#[allow(clippy::manual_is_multiple_of)]
+pub(crate) fn every(step: usize, n: usize) -> bool {
+    n > 0 && step % n == 0
+}

@@ -82,7 +82,7 @@ pub fn run_session(
         let mut record = trainer.step()?;
         let step = trainer.state.step;
         let eval_every = trainer.config.train.eval_every;
-        if eval_every > 0 && step.is_multiple_of(eval_every) {
+        if super::every(step, eval_every) {
             let e = &trainer.config.eval;
             let report = trainer.evaluate(
                 Split::Train,
@@ -98,7 +98,7 @@ pub fn run_session(
         }
         trainer.log(&record)?;
         let every = trainer.config.train.checkpoint_every;
-        if (every > 0 && step.is_multiple_of(every)) || step == total {
+        if super::every(step, every) || step == total {
             trainer.checkpoint()?;
         }
         bar.set_position(step as u64);
@@ -108,11 +108,7 @@ pub fn run_session(
         ));
         last = Some(record);
         if reached.is_some() {
-            if !trainer
-                .state
-                .step
-                .is_multiple_of(trainer.config.train.checkpoint_every.max(1))
-            {
+            if !super::every(trainer.state.step, trainer.config.train.checkpoint_every) {
                 trainer.checkpoint()?;
             }
             break;

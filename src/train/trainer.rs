@@ -413,7 +413,7 @@ impl Trainer {
         self.state.train_seconds += time_step_s;
 
         let every = self.config.train.episodes_every;
-        if every > 0 && self.state.step.is_multiple_of(every) {
+        if super::every(self.state.step, every) {
             self.run.write_episodes(self.state.step, &all)?;
         }
         let n = all.len().max(1) as f64;
