@@ -49,10 +49,8 @@ pub enum BenchTarget {
 pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
     match args.target {
         BenchTarget::Gym { json, tasks } => agentrl_gym::bench::run(json, &tasks),
+        BenchTarget::Train { json } => crate::train::bench::run(json, &[]),
         BenchTarget::TrainStep { json } => crate::bench_train_step::run(json),
-        BenchTarget::Train { .. } => {
-            anyhow::bail!("bench train needs the trainer, which is not built yet")
-        }
         BenchTarget::Qwen3 {
             json,
             config,

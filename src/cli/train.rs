@@ -1,17 +1,158 @@
-//! `agentrl train` and `agentrl eval`.
+//! `agentrl train` and `agentrl eval`: thin wrappers over [`crate::train`] and [`crate::eval`].
 
+use std::path::PathBuf;
+
+use agentrl_gym::Split;
 use clap::Args;
 
-#[derive(Debug, Args)]
-pub struct TrainArgs {}
+use crate::train::config::{load_config, parse_config_file, Config};
+use crate::train::session::{run_session, summary_table, SessionOptions};
+use crate::train::trainer::{parse_split, Trainer};
 
 #[derive(Debug, Args)]
-pub struct EvalArgs {}
-
-pub fn train(_args: TrainArgs) -> anyhow::Result<()> {
-    anyhow::bail!("training is not built yet; try `agentrl gym play ID`")
+pub struct TrainArgs {
+    /// Config file layered on configs/default.toml (built in); omit for the default run.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Override a config key, e.g. `--set optim.lr=1e-3` (repeatable; value parsed as TOML).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Continue the run in this directory from its latest checkpoint.
+    #[arg(long, value_name = "RUN", conflicts_with_all = ["config", "set"])]
+    pub resume: Option<PathBuf>,
+    /// Skip the untrained/trained evaluations and the summary table.
+    #[arg(long)]
+    pub no_summary: bool,
+    /// Print the outcome as JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
-pub fn eval(_args: EvalArgs) -> anyhow::Result<()> {
-    anyhow::bail!("evaluation is not built yet")
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// Run directory to evaluate (its latest checkpoint).
+    #[arg(long)]
+    pub run: PathBuf,
+    /// Split to evaluate: train, heldout or heldout-family (default: all three).
+    #[arg(long)]
+    pub split: Option<String>,
+    /// pass@k's k; also the number of samples per task (at least the config's eval.samples).
+    #[arg(long)]
+    pub k: Option<usize>,
+    /// Sampling temperature (0 = greedy; default: the run's eval.temperature).
+    #[arg(long)]
+    pub temperature: Option<f64>,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Sets the compute threads candle's CPU kernels use. candle sizes its matmul parallelism from
+/// `RAYON_NUM_THREADS` on every call, and rayon sizes its global pool from it once; set it
+/// before any tensor work so a run's thread count (and so its float summation order) is fixed.
+fn set_threads(config: &Config) {
+    let threads = config.threads();
+    std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
+}
+
+pub fn train(args: TrainArgs) -> anyhow::Result<()> {
+    let trainer = match &args.resume {
+        Some(run) => {
+            let config = parse_config_file(&run.join("config.toml"))?;
+            set_threads(&config);
+            let trainer = Trainer::resume(run)?;
+            eprintln!(
+                "resuming {} at step {} of {}",
+                run.display(),
+                trainer.state.step,
+                trainer.config.train.steps
+            );
+            trainer
+        }
+        None => {
+            let config = load_config(args.config.as_deref(), &args.set)?;
+            set_threads(&config);
+            let (trainer, warnings) = Trainer::create(config)?;
+            for w in warnings {
+                eprintln!("warning: {w}");
+            }
+            trainer
+        }
+    };
+    eprintln!(
+        "training TinyAgent ({} parameters) with {} on the {} split: {} tasks x {} episodes per step, {} steps",
+        trainer.model.num_parameters(),
+        trainer.knobs.name,
+        trainer.config.rollout.split,
+        trainer.config.rollout.tasks_per_step,
+        trainer.config.rollout.group_size,
+        trainer.config.train.steps
+    );
+    let options = SessionOptions {
+        progress: !args.json,
+        summary_evals: !args.no_summary,
+    };
+    let outcome = run_session(trainer, &options)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&outcome)?);
+    } else {
+        print!("{}", summary_table(&outcome));
+    }
+    Ok(())
+}
+
+pub fn eval(args: EvalArgs) -> anyhow::Result<()> {
+    let config = parse_config_file(&args.run.join("config.toml"))?;
+    set_threads(&config);
+    let trainer = Trainer::resume(&args.run)?;
+    if trainer.state.step == 0 {
+        eprintln!(
+            "warning: {} has no checkpoint; evaluating the untrained policy",
+            args.run.display()
+        );
+    }
+    let splits: Vec<Split> = match &args.split {
+        Some(name) => vec![parse_split(name)?],
+        None => Split::ALL.to_vec(),
+    };
+    let k = args.k.unwrap_or(trainer.config.eval.samples);
+    anyhow::ensure!(k >= 1, "--k must be >= 1");
+    let samples = k.max(trainer.config.eval.samples);
+    let temperature = args.temperature.unwrap_or(trainer.config.eval.temperature);
+    let mut reports = Vec::new();
+    for split in splits {
+        reports.push(trainer.evaluate(split, samples, k, temperature, u64::MAX - 3)?);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    } else {
+        println!(
+            "{} at step {} ({} samples per task, temperature {temperature})",
+            args.run.display(),
+            trainer.state.step,
+            samples
+        );
+        println!(
+            "{:<16} {:>6} {:>10} {:>8} {:>8} {:>10} {:>8}",
+            "split",
+            "tasks",
+            "solve",
+            "pass@1",
+            format!("pass@{k}"),
+            "format err",
+            "hacking"
+        );
+        for r in &reports {
+            println!(
+                "{:<16} {:>6} {:>9.1}% {:>7.1}% {:>7.1}% {:>9.1}% {:>7.1}%",
+                r.split,
+                r.tasks,
+                100.0 * r.hidden_solve_rate,
+                100.0 * r.pass_at_1,
+                100.0 * r.pass_at_k,
+                100.0 * r.format_error_rate,
+                100.0 * r.hacking_rate
+            );
+        }
+    }
+    Ok(())
 }
