@@ -40,8 +40,9 @@ def _exit_code_of(exc):
     return 1
 
 
-def run_program(source):
-    """Run `source` as a fresh __main__ module; returns the exit code. Never raises."""
+def run_program(source, code=None):
+    """Run `source` as a fresh __main__ module; returns the exit code. Never raises. `code` is
+    `source` already compiled (the fork server compiles each distinct program once)."""
     import types
 
     main = types.ModuleType("__main__")
@@ -52,7 +53,8 @@ def run_program(source):
         # The workspace (cwd) comes first on sys.path, as for `python -c`.
         sys.path.insert(0, "")
     try:
-        code = compile(source, "<agentrl>", "exec")
+        if code is None:
+            code = compile(source, "<agentrl>", "exec")
         exec(code, main.__dict__)
         status = 0
     except SystemExit as exc:
@@ -157,53 +159,82 @@ def _oserror(what):
     return OSError(err, "%s: %s" % (what, os.strerror(err)))
 
 
-def apply_landlock(abi, workspace, read_only, read_write_files):
-    """Confine this process: read+execute on `read_only`, everything inside `workspace`,
-    read+write on the device files in `read_write_files`. Rules for missing paths are skipped."""
-    import ctypes
-    import struct
+class Landlock:
+    """Landlock for the job processes, prepared by the fork server. The static rules (read and
+    execute on `read_only`, read and write on the device files in `read_write_files`; missing
+    paths skipped) are opened and packed once. Per job the server builds a fresh ruleset (the
+    static rules plus everything inside the workspace) before it forks, and the job process
+    only calls landlock_restrict_self on it: no ctypes work in the job process."""
 
-    _load_libc()
-    handled_fs = _fs_rights_for_abi(abi)
-    handled_net = 3 if abi >= 4 else 0  # BIND_TCP | CONNECT_TCP with no rule: both denied
-    scoped = 3 if abi >= 6 else 0  # abstract unix sockets and signals stay inside the domain
-    if abi >= 6:
-        attr = struct.pack("<QQQ", handled_fs, handled_net, scoped)
-    elif abi >= 4:
-        attr = struct.pack("<QQ", handled_fs, handled_net)
-    else:
-        attr = struct.pack("<Q", handled_fs)
-    buf = ctypes.create_string_buffer(attr, len(attr))
-    ruleset = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, buf, ctypes.c_size_t(len(attr)), 0)
-    if ruleset < 0:
-        raise _oserror("landlock_create_ruleset")
-    file_rights = handled_fs & (FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV)
-    read_exec = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
-    rules = [(workspace, handled_fs, True)]
-    rules += [(p, read_exec, False) for p in read_only]
-    rules += [(p, FS_READ_FILE | FS_WRITE_FILE | (handled_fs & FS_TRUNCATE), False) for p in read_write_files]
-    try:
-        for path, rights, required in rules:
+    def __init__(self, abi, read_only, read_write_files):
+        import ctypes
+        import struct
+
+        _load_libc()
+        handled_fs = _fs_rights_for_abi(abi)
+        handled_net = 3 if abi >= 4 else 0  # BIND_TCP | CONNECT_TCP with no rule: both denied
+        scoped = 3 if abi >= 6 else 0  # abstract unix sockets and signals stay inside the domain
+        if abi >= 6:
+            attr = struct.pack("<QQQ", handled_fs, handled_net, scoped)
+        elif abi >= 4:
+            attr = struct.pack("<QQ", handled_fs, handled_net)
+        else:
+            attr = struct.pack("<Q", handled_fs)
+        self._attr = ctypes.create_string_buffer(attr, len(attr))
+        self._attr_size = ctypes.c_size_t(len(attr))
+        self._handled_fs = handled_fs
+        self._file_rights = handled_fs & (FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV)
+        read_exec = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
+        rules = [(p, read_exec) for p in read_only]
+        rules += [(p, FS_READ_FILE | FS_WRITE_FILE | (handled_fs & FS_TRUNCATE)) for p in read_write_files]
+        # (path, O_PATH fd held for the server's lifetime, packed landlock_path_beneath_attr).
+        # The fds are close-on-exec, and job processes close them before running anything.
+        self._static = []
+        for path, rights in rules:
             try:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
             except OSError:
-                if required:
-                    raise
                 continue
+            self._static.append((path, fd, self._rule(fd, rights)))
+
+    def _rule(self, fd, rights):
+        import ctypes
+        import stat
+        import struct
+
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            rights &= self._file_rights
+        return ctypes.create_string_buffer(struct.pack("<Qi", rights, fd), 12)
+
+    def _add(self, ruleset, rule, path):
+        if _libc.syscall(SYS_LANDLOCK_ADD_RULE, ruleset, LANDLOCK_RULE_PATH_BENEATH, rule, 0) != 0:
+            raise _oserror("landlock_add_rule(%s)" % path)
+
+    def ruleset_for(self, workspace):
+        """A new ruleset fd (close-on-exec) for a job in `workspace`; the caller closes it."""
+        ruleset = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, self._attr, self._attr_size, 0)
+        if ruleset < 0:
+            raise _oserror("landlock_create_ruleset")
+        try:
+            fd = os.open(workspace, os.O_PATH | os.O_CLOEXEC)
             try:
-                if not os.path.isdir(path):
-                    rights &= file_rights
-                rule = ctypes.create_string_buffer(struct.pack("<Qi", rights, fd), 12)
-                if _libc.syscall(SYS_LANDLOCK_ADD_RULE, ruleset, LANDLOCK_RULE_PATH_BENEATH, rule, 0) != 0:
-                    raise _oserror("landlock_add_rule(%s)" % path)
+                self._add(ruleset, self._rule(fd, self._handled_fs), workspace)
             finally:
                 os.close(fd)
-        if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            raise _oserror("prctl(PR_SET_NO_NEW_PRIVS)")
-        if _libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0:
-            raise _oserror("landlock_restrict_self")
-    finally:
-        os.close(ruleset)
+            for path, _fd, rule in self._static:
+                self._add(ruleset, rule, path)
+        except BaseException:
+            os.close(ruleset)
+            raise
+        return ruleset
+
+
+def restrict_self(ruleset):
+    """Confine this process with `ruleset` (from Landlock.ruleset_for), for good."""
+    if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise _oserror("prctl(PR_SET_NO_NEW_PRIVS)")
+    if _libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0:
+        raise _oserror("landlock_restrict_self")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -249,8 +280,9 @@ def _write_frame(fd, header, blobs):
         view = view[os.write(fd, view):]
 
 
-def _job_process(job, config, fds):
-    """Runs in the job process, a child of the server. Never returns."""
+def _job_process(job, config, fds, ruleset):
+    """Runs in the job process, a child of the server. Never returns. The server already gave
+    the workspace to the job uid and built the Landlock `ruleset` (an fd, or None)."""
     stdin_r, stdout_w, stderr_w, result_w, status_w = fds
     server_pid = os.getppid()
     try:
@@ -261,7 +293,12 @@ def _job_process(job, config, fds):
         os.dup2(stderr_w, 2)
         os.dup2(result_w, 3)
         os.dup2(status_w, 4)
-        os.closerange(5, 1 << 16)
+        if ruleset is not None:
+            os.dup2(ruleset, 5)
+            ruleset = 5
+            os.closerange(6, 1 << 16)
+        else:
+            os.closerange(5, 1 << 16)
         for sig in (signal.SIGINT,):
             signal.signal(sig, signal.default_int_handler)
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
@@ -269,23 +306,15 @@ def _job_process(job, config, fds):
         workspace = job["workspace"]
         os.chdir(workspace)
         uid = job.get("uid")
-        if uid is not None:
-            # The job uid owns its workspace, nothing else.
-            os.chown(workspace, uid, uid)
-            for root, dirs, files in os.walk(workspace):
-                for name in dirs + files:
-                    path = os.path.join(root, name)
-                    # A hard link could point at a file outside the workspace: leave it alone.
-                    if name in dirs or os.lstat(path).st_nlink == 1:
-                        os.lchown(path, uid, uid)
         limits = job["limits"]
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         resource.setrlimit(resource.RLIMIT_CPU, (limits["cpu_seconds"], limits["cpu_seconds"]))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits["max_file_bytes"], limits["max_file_bytes"]))
         resource.setrlimit(resource.RLIMIT_NOFILE, (limits["max_open_files"], limits["max_open_files"]))
         resource.setrlimit(resource.RLIMIT_NPROC, (limits["max_processes"], limits["max_processes"]))
-        if config.get("landlock_abi", 0) > 0:
-            apply_landlock(config["landlock_abi"], workspace, config["read_only_paths"], config["read_write_files"])
+        if ruleset is not None:
+            restrict_self(ruleset)
+            os.close(ruleset)
         if uid is not None:
             os.setgroups([])
             os.setgid(uid)
@@ -296,10 +325,8 @@ def _job_process(job, config, fds):
             os._exit(EXIT_SETUP_FAILED)
         # Last, so that the setup above is not limited by the address-space cap.
         resource.setrlimit(resource.RLIMIT_AS, (limits["address_space_bytes"], limits["address_space_bytes"]))
-        env = dict(config["env"])
-        env["HOME"] = workspace
-        os.environ.clear()
-        os.environ.update(env)
+        # The server's environment is the scrubbed one (serve sets it): only HOME differs.
+        os.environ["HOME"] = workspace
         import io
 
         sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8")
@@ -313,7 +340,7 @@ def _job_process(job, config, fds):
             os.write(4, ("setup-error %s: %s\n" % (type(exc).__name__, exc)).encode())
         finally:
             os._exit(EXIT_SETUP_FAILED)
-    _finish(run_program(job["program"]))
+    _finish(run_program(job["program"], job.get("code")))
 
 
 def _kill_leftovers(config, job_pid):
@@ -360,11 +387,105 @@ class _Sink:
         return self.seen <= self.drain_limit
 
 
-def _run_job(job, program, stdin, config):
-    import selectors
+# Programs compiled by the server, by source text. The `test` tool sends the same harness for
+# every job, so compiling it once saves the job process a compile. Compiling runs no program
+# code. Bounded: a program seen once too often just gets compiled again.
+_CODE_CACHE = {}
+_CODE_CACHE_MAX = 64
 
+
+def _compiled(source):
+    """`source` compiled as run_program would, or None (the job compiles it and reports any
+    SyntaxError the way the interpreter does)."""
+    code = _CODE_CACHE.get(source)
+    if code is None:
+        try:
+            code = compile(source, "<agentrl>", "exec")
+        except BaseException:
+            return None
+        if len(_CODE_CACHE) >= _CODE_CACHE_MAX:
+            _CODE_CACHE.clear()
+        _CODE_CACHE[source] = code
+    return code
+
+
+# A built-in unittest run the server does once before serving: it fills the lazy caches that
+# every test job would otherwise fill in its own process (compiled regexes, unittest's loader
+# and runner paths, traceback formatting). The module lives only in memory: nothing is read
+# from disk and no workspace code is involved.
+_WARM_UP_TESTS = """
+import unittest
+
+class WarmUp(unittest.TestCase):
+    def test_pass(self):
+        self.assertEqual([1, 2], [1, 2])
+        self.assertIn(1, {1: 2})
+        self.assertTrue(True)
+
+    def test_fail(self):
+        self.assertEqual({"a": [1, 2]}, {"a": [1, 3]})
+
+    def test_error(self):
+        raise ValueError("warm-up")
+
+    @unittest.skip("warm-up")
+    def test_skip(self):
+        pass
+"""
+
+
+def _warm_up():
+    import io
+    import types
+    import unittest
+
+    module = types.ModuleType("agentrl_warm_up")
+    exec(compile(_WARM_UP_TESTS, "<agentrl-warm-up>", "exec"), module.__dict__)
+    sys.modules[module.__name__] = module
+    try:
+        suite = unittest.defaultTestLoader.loadTestsFromName(module.__name__)
+        stream = io.StringIO()
+        result = unittest.TextTestRunner(stream=stream, verbosity=2).run(suite)
+        json.dumps({"run": result.testsRun, "failures": len(result.failures), "errors": len(result.errors)})
+    finally:
+        del sys.modules[module.__name__]
+
+
+def _give_workspace(workspace, uid):
+    """Makes `uid` the owner of `workspace` and everything in it (the host writes files there
+    between jobs). Done by the server before the fork: nothing of the previous job is alive.
+    Symlinks are changed, never followed; a file with several hard links could be one outside
+    the workspace, so it is left alone. Entries already owned are skipped."""
+    os.chown(workspace, uid, uid)
+    pending = [workspace]
+    while pending:
+        with os.scandir(pending.pop()) as entries:
+            for entry in entries:
+                info = entry.stat(follow_symlinks=False)
+                is_dir = entry.is_dir(follow_symlinks=False)
+                if is_dir:
+                    pending.append(entry.path)
+                if (info.st_uid, info.st_gid) != (uid, uid) and (is_dir or info.st_nlink == 1):
+                    os.lchown(entry.path, uid, uid)
+
+
+def _run_job(job, program, stdin, config, landlock):
     job = dict(job)
     job["program"] = program.decode("utf-8", "surrogateescape")
+    job["code"] = _compiled(job["program"])
+    if job.get("uid") is not None:
+        _give_workspace(job["workspace"], job["uid"])
+    ruleset = landlock.ruleset_for(job["workspace"]) if landlock is not None else None
+    try:
+        return _fork_job(job, stdin, config, ruleset)
+    finally:
+        if ruleset is not None:
+            os.close(ruleset)
+
+
+def _fork_job(job, stdin, config, ruleset):
+    import selectors
+
     limits = job["limits"]
     cap = limits["output_cap_bytes"]
     stdin_r, stdin_w = os.pipe()
@@ -379,7 +500,7 @@ def _run_job(job, program, stdin, config):
         try:
             for fd in (stdin_w, stdout_r, stderr_r, result_r, status_r):
                 os.close(fd)
-            _job_process(job, config, child_fds)
+            _job_process(job, config, child_fds, ruleset)
         finally:
             os._exit(EXIT_SETUP_FAILED)
     for fd in child_fds:
@@ -512,6 +633,12 @@ def serve(config_json):
 
     _load_libc()
     config = json.loads(config_json)
+    # The job processes inherit this environment and set only HOME.
+    os.environ.clear()
+    os.environ.update(config["env"])
+    landlock = None
+    if config.get("landlock_abi", 0) > 0:
+        landlock = Landlock(config["landlock_abi"], config["read_only_paths"], config["read_write_files"])
     # The server's cwd is "/": never import from there. Jobs put "" (their workspace) back.
     while "" in sys.path:
         sys.path.remove("")
@@ -520,6 +647,10 @@ def serve(config_json):
             __import__(name)
         except Exception:
             pass
+    try:
+        _warm_up()
+    except Exception:
+        pass
     # Keep the garbage collector of forked jobs off the server's objects: fewer copy-on-write
     # page faults per fork.
     gc.collect()
@@ -531,7 +662,7 @@ def serve(config_json):
             return
         header, blobs = frame
         try:
-            reply, reply_blobs = _run_job(header, blobs[0], blobs[1], config)
+            reply, reply_blobs = _run_job(header, blobs[0], blobs[1], config, landlock)
         except Exception as exc:  # a server-side failure is reported, the server keeps serving
             reply, reply_blobs = {"termination": None, "setup_error": "worker: %s: %s" % (type(exc).__name__, exc)}, [b"", b"", b""]
         _write_frame(1, reply, reply_blobs)
