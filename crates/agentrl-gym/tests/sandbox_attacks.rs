@@ -602,3 +602,45 @@ fn sandbox_info_report_names_every_layer() {
         assert!(report.contains(layer), "{report}");
     }
 }
+
+/// Files the host writes into the workspace between jobs (nested directories included) are
+/// writable by the job even under a uid drop, while a hard link to a file outside the
+/// workspace is not handed to the job uid.
+#[test]
+fn host_written_workspace_files_are_the_jobs_but_hard_links_are_not() {
+    use std::os::unix::fs::MetadataExt;
+    for (name, executor) in executors() {
+        let dir = tempfile::tempdir().unwrap();
+        let nested = dir.path().join("pkg").join("deep");
+        std::fs::create_dir_all(&nested).unwrap();
+        std::fs::write(nested.join("data.txt"), "host").unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let secret = outside.path().join("secret.txt");
+        std::fs::write(&secret, "secret").unwrap();
+        let owner_before = std::fs::metadata(&secret).unwrap().uid();
+        let linked = std::fs::hard_link(&secret, dir.path().join("linked.txt")).is_ok();
+        let program = "import os\nwith open('pkg/deep/data.txt', 'a') as f:\n    f.write('+job')\nos.makedirs('pkg/deep/new', exist_ok=True)\nos.write(3, b'ok')\n";
+        let out = executor
+            .run(&job(dir.path(), program, quick_limits()))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            (out.termination.clone(), text(&out.result)),
+            (Termination::Exited { code: 0 }, "ok".to_string()),
+            "{name}: stderr {}",
+            text(&out.stderr)
+        );
+        assert_eq!(
+            std::fs::read_to_string(nested.join("data.txt")).unwrap(),
+            "host+job",
+            "{name}"
+        );
+        if linked {
+            assert_eq!(
+                std::fs::metadata(&secret).unwrap().uid(),
+                owner_before,
+                "{name}: a hard link to an outside file was given to the job uid"
+            );
+        }
+        assert_still_serves(name, executor.as_ref());
+    }
+}
