@@ -110,6 +110,28 @@ impl OutcomeCache {
         use std::sync::atomic::Ordering::Relaxed;
         if hit { &self.hits } else { &self.misses }.fetch_add(1, Relaxed);
     }
+
+    /// Returns the cached value for `key`, or computes it; `keep` decides whether a computed
+    /// value may be cached (a timed-out run, for one, depends on machine load).
+    fn get_or_compute<V: Clone>(
+        &self,
+        table: &Mutex<HashMap<u128, V>>,
+        key: u128,
+        compute: impl FnOnce() -> Result<(V, bool), GymError>,
+    ) -> Result<V, GymError> {
+        if let Some(hit) = table.lock().ok().and_then(|c| c.get(&key).cloned()) {
+            self.count(true);
+            return Ok(hit);
+        }
+        self.count(false);
+        let (value, keep) = compute()?;
+        if keep {
+            if let Ok(mut cache) = table.lock() {
+                cache.insert(key, value.clone());
+            }
+        }
+        Ok(value)
+    }
 }
 
 /// 128 bits from two independently salted SipHash runs over the same content.
@@ -334,33 +356,19 @@ impl BugFixEnv {
             "public",
             files.iter().map(|(k, v)| (k.as_str(), v.as_slice())),
         );
-        if let Some(hit) = self
-            .cache
-            .public
-            .lock()
-            .ok()
-            .and_then(|c| c.get(&key).cloned())
-        {
-            self.cache.count(true);
-            return Ok(hit);
-        }
-        self.cache.count(false);
-        let output = self.executor.run(&Job {
-            workspace: episode.workspace.path().to_path_buf(),
-            program: harness::PUBLIC_TESTS_PROGRAM.to_string(),
-            stdin: harness::public_stdin(&episode.task.modules),
-            limits: self.config.limits.clone(),
-        })?;
-        let mut report = harness::parse_public(&output);
-        if let Some(failure) = report.first_failure.as_mut() {
-            failure.message = truncate_chars(&failure.message, self.config.max_message_chars);
-        }
-        if output.termination != Termination::TimedOut {
-            if let Ok(mut cache) = self.cache.public.lock() {
-                cache.insert(key, report.clone());
+        self.cache.get_or_compute(&self.cache.public, key, || {
+            let output = self.executor.run(&Job {
+                workspace: episode.workspace.path().to_path_buf(),
+                program: harness::PUBLIC_TESTS_PROGRAM.to_string(),
+                stdin: harness::public_stdin(&episode.task.modules),
+                limits: self.config.limits.clone(),
+            })?;
+            let mut report = harness::parse_public(&output);
+            if let Some(failure) = report.first_failure.as_mut() {
+                failure.message = truncate_chars(&failure.message, self.config.max_message_chars);
             }
-        }
-        Ok(report)
+            Ok((report, output.termination != Termination::TimedOut))
+        })
     }
 
     /// Verifies module contents for a task (cached).
@@ -374,22 +382,11 @@ impl BugFixEnv {
             "verdict",
             modules.iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
         );
-        if let Some(hit) = self
-            .cache
-            .verdicts
-            .lock()
-            .ok()
-            .and_then(|c| c.get(&key).cloned())
-        {
-            self.cache.count(true);
-            return Ok(hit);
-        }
-        self.cache.count(false);
-        let verdict = verify::verify(self.executor.as_ref(), task, modules, &self.config.limits)?;
-        if let Ok(mut cache) = self.cache.verdicts.lock() {
-            cache.insert(key, verdict.clone());
-        }
-        Ok(verdict)
+        self.cache.get_or_compute(&self.cache.verdicts, key, || {
+            let verdict =
+                verify::verify(self.executor.as_ref(), task, modules, &self.config.limits)?;
+            Ok((verdict, true))
+        })
     }
 
     fn tool_edit(&self, args: &Value) -> ToolResult {
