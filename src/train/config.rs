@@ -234,7 +234,7 @@ impl Default for RolloutConfig {
             max_turns: 4,
             max_action_tokens: 6,
             tasks_dir: None,
-            shuffle_candidates: true,
+            shuffle_candidates: false,
         }
     }
 }
