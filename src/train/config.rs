@@ -220,6 +220,9 @@ pub struct RolloutConfig {
     pub max_action_tokens: usize,
     /// Task folder to use instead of the built-in tasks.
     pub tasks_dir: Option<String>,
+    /// Show each training episode the candidates in a fresh random order
+    /// (`src/train/shuffle.rs`), so position carries no reward and the policy must read them.
+    pub shuffle_candidates: bool,
 }
 
 impl Default for RolloutConfig {
@@ -231,6 +234,7 @@ impl Default for RolloutConfig {
             max_turns: 4,
             max_action_tokens: 6,
             tasks_dir: None,
+            shuffle_candidates: false,
         }
     }
 }

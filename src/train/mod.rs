@@ -13,6 +13,7 @@ pub mod optim;
 pub mod run_dir;
 pub mod schedule;
 pub mod session;
+pub mod shuffle;
 pub mod trainer;
 pub mod update;
 

@@ -18,7 +18,7 @@ use agentrl_rl::{dynamic_sampling_filter, soft_overlong_penalties, KlController}
 use anyhow::{bail, Context};
 use candle_core::{Device, Var};
 use rand::seq::SliceRandom;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
@@ -27,6 +27,7 @@ use super::config::{Config, ResolvedAlgorithm, RewardKind};
 use super::optim::{AdamW, AdamWParams};
 use super::run_dir::{write_atomic_with, RunDir, TrainState};
 use super::schedule::learning_rate;
+use super::shuffle::ShuffledCandidates;
 use super::update::{update, RolloutTensors, UpdateMetrics, UpdateSetup};
 use crate::batch::Batch;
 use crate::engine::SamplingConfig;
@@ -273,15 +274,34 @@ impl Trainer {
             .collect()
     }
 
-    /// Samples `group_size` episodes of each task with the current policy.
+    /// Samples `group_size` episodes of each task with the current policy; with
+    /// `shuffle_candidates`, each episode sees the task's candidates in a fresh order
+    /// (training only, see [`super::shuffle`]).
     fn sample(
         &self,
         task_ids: &[String],
         group_size: usize,
         temperature: f64,
+        shuffle_candidates: bool,
         rng: &mut ChaCha8Rng,
     ) -> anyhow::Result<Vec<Episode>> {
-        let mut envs = self.envs(task_ids.len() * group_size);
+        let envs = self.envs(task_ids.len() * group_size);
+        if shuffle_candidates {
+            let mut envs: Vec<ShuffledCandidates<BugFixEnv>> = envs
+                .into_iter()
+                .map(|env| ShuffledCandidates::new(env, rng.random()))
+                .collect();
+            return run_groups(
+                &self.action_space.policy(&self.model),
+                &self.codec,
+                &self.sampling_config(temperature),
+                &mut envs,
+                task_ids,
+                group_size,
+                rng,
+            );
+        }
+        let mut envs = envs;
         run_groups(
             &self.action_space.policy(&self.model),
             &self.codec,
@@ -331,6 +351,7 @@ impl Trainer {
                 &task_ids,
                 group_size,
                 self.config.sampling.temperature,
+                self.config.rollout.shuffle_candidates,
                 &mut rollout_rng,
             )?;
             for ep in &mut episodes {
@@ -490,7 +511,7 @@ impl Trainer {
         let mut outcomes = Vec::with_capacity(ids.len() * samples);
         // Chunks bound the batched forward's size.
         for chunk in ids.chunks(16) {
-            for ep in self.sample(chunk, samples, temperature, &mut rng)? {
+            for ep in self.sample(chunk, samples, temperature, false, &mut rng)? {
                 outcomes.push(EpisodeOutcome {
                     task_id: ep.task_id.clone(),
                     reward: ep.reward.clone(),

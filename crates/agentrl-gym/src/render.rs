@@ -2,10 +2,15 @@
 //! small closed vocabulary (TinyAgent).
 //!
 //! Symbols: each observation starts with its kind (`TASK`, `FILE`, `TESTS`, `EDITED`, …).
-//! A task lists its candidates as `C0 … C7`, each followed by up to [`MAX_CANDIDATE_TOKENS`]
-//! lexical tokens of the lines the candidate adds (Python keywords and operators kept,
-//! identifiers → `NAME`, numbers → `NUM`, strings → `STR`), so a special-case decoy like
-//! `if x == 3: return 7` shows as `if NAME == NUM : return NUM`. Test reports are
+//! A task lists its candidates as `Ck <old> -> <new> Ck` for `k` in `0..8`: up to
+//! [`MAX_OLD_TOKENS`] lexical tokens of the lines the candidate replaces, then up to
+//! [`MAX_CANDIDATE_TOKENS`] of the lines it adds (Python keywords and operators kept, numbers →
+//! `NUM`, strings → `STR`, identifiers → `V0 … V7` numbered by first use within the candidate,
+//! `NAME` past that). Numbering identifiers keeps which variable an edit touches: a guard on the
+//! divisor (`V0 = V1 / V2 -> if V2 == NUM …`) differs from a guard on the numerator, and
+//! `self.total / self.count` from `self.count / self.total`, which plain `NAME` erased. The
+//! marker is repeated after the tokens because attention is causal: only the trailing `Ck`
+//! position can see its candidate's content, so a policy choosing `edit Ck` can point at it. Test reports are
 //! `PASS n FAIL n` plus the exception type (closed set, else `EXC`) and `LINE n`; counts and
 //! line numbers are bucketed into `N0 … N40` and `N40+`. Edits show `EDITED Ck` (or
 //! `EDITED FREE`), errors `ERR <kind>`. [`symbol_vocabulary`] lists every symbol.
@@ -14,8 +19,12 @@ use crate::types::{ErrorKind, Observation, Reward, TestReport};
 
 /// Candidate symbols `C0..C{MAX_CANDIDATES-1}`.
 pub const MAX_CANDIDATES: usize = 8;
-/// Lexical tokens shown per candidate.
+/// Lexical tokens shown per candidate for the lines it adds.
 pub const MAX_CANDIDATE_TOKENS: usize = 16;
+/// Lexical tokens shown per candidate for the lines it replaces.
+pub const MAX_OLD_TOKENS: usize = 12;
+/// Numbered identifier symbols `V0..V{MAX_IDENTIFIERS-1}` per candidate.
+pub const MAX_IDENTIFIERS: usize = 8;
 /// Numbers at or above this become `N40+`.
 pub const NUMBER_BUCKETS: usize = 40;
 
@@ -77,6 +86,7 @@ pub fn symbol_vocabulary() -> Vec<String> {
     v.extend(EXCEPTIONS.iter().map(|s| s.to_string()));
     v.extend(ErrorKind::ALL.iter().map(|k| k.symbol().to_string()));
     v.extend((0..MAX_CANDIDATES).map(|i| format!("C{i}")));
+    v.extend((0..MAX_IDENTIFIERS).map(|i| format!("V{i}")));
     v.extend((0..NUMBER_BUCKETS).map(|i| format!("N{i}")));
     v.push(format!("N{NUMBER_BUCKETS}+"));
     v
@@ -98,8 +108,13 @@ fn exception_symbol(name: &str) -> String {
     }
 }
 
-/// Python source → closed lexical tokens (comments dropped).
+/// Python source → closed lexical tokens (comments dropped), identifiers as `NAME`.
 pub fn lex(source: &str) -> Vec<String> {
+    lex_with(source, &mut |_| "NAME".to_string())
+}
+
+/// Lexer core: `identifier` names each non-keyword identifier.
+fn lex_with(source: &str, identifier: &mut dyn FnMut(&str) -> String) -> Vec<String> {
     let chars: Vec<char> = source.chars().collect();
     let mut out = Vec::new();
     let mut i = 0;
@@ -127,7 +142,7 @@ pub fn lex(source: &str) -> Vec<String> {
             out.push(if KEYWORDS.contains(&word.as_str()) {
                 word
             } else {
-                "NAME".into()
+                identifier(&word)
             });
         } else if c.is_ascii_digit()
             || (c == '.' && chars.get(i + 1).is_some_and(|d| d.is_ascii_digit()))
@@ -170,7 +185,9 @@ pub fn lex(source: &str) -> Vec<String> {
     out
 }
 
-/// Lines a candidate adds (in `new` but not in `old`), tokenised and capped.
+/// A candidate as `<old> -> <new>`: the lines it replaces, then the lines it adds (in `new`
+/// but not in `old`), each capped, with identifiers numbered `V0…` by first use across both
+/// (`NAME` once [`MAX_IDENTIFIERS`] are taken).
 pub fn candidate_tokens(old: &str, new: &str) -> Vec<String> {
     let old_lines: Vec<&str> = old.lines().map(str::trim).collect();
     let added: Vec<&str> = new
@@ -178,8 +195,27 @@ pub fn candidate_tokens(old: &str, new: &str) -> Vec<String> {
         .map(str::trim)
         .filter(|l| !old_lines.contains(l))
         .collect();
-    let mut tokens = lex(&added.join("\n"));
-    tokens.truncate(MAX_CANDIDATE_TOKENS);
+    let mut seen: Vec<String> = Vec::new();
+    let mut number = |word: &str| -> String {
+        let index = match seen.iter().position(|w| w == word) {
+            Some(i) => i,
+            None => {
+                seen.push(word.to_string());
+                seen.len() - 1
+            }
+        };
+        if index < MAX_IDENTIFIERS {
+            format!("V{index}")
+        } else {
+            "NAME".to_string()
+        }
+    };
+    let mut tokens = lex_with(&old_lines.join("\n"), &mut number);
+    tokens.truncate(MAX_OLD_TOKENS);
+    tokens.push("->".into());
+    let mut added_tokens = lex_with(&added.join("\n"), &mut number);
+    added_tokens.truncate(MAX_CANDIDATE_TOKENS);
+    tokens.extend(added_tokens);
     tokens
 }
 
@@ -223,6 +259,7 @@ pub fn render_symbols(observation: &Observation) -> Vec<String> {
             for (i, c) in candidates.iter().take(MAX_CANDIDATES).enumerate() {
                 out.push(format!("C{i}"));
                 out.extend(candidate_tokens(&c.old, &c.new));
+                out.push(format!("C{i}"));
             }
         }
         Observation::File(view) => {
@@ -377,7 +414,16 @@ mod tests {
                 "    total = 0\n",
                 "    if x == 3:\n        return 7\n    total = 0\n"
             ),
-            ["if", "NAME", "==", "NUM", ":", "return", "NUM"]
+            ["V0", "=", "NUM", "->", "if", "V1", "==", "NUM", ":", "return", "NUM"]
+        );
+        // Which variable an edit touches survives: guard the divisor vs the numerator.
+        assert_eq!(
+            candidate_tokens("ratio = done / total\n", "if total == 0:\n    return 0.0\n"),
+            ["V0", "=", "V1", "/", "V2", "->", "if", "V2", "==", "NUM", ":", "return", "NUM"]
+        );
+        assert_eq!(
+            candidate_tokens("ratio = done / total\n", "if done == 0:\n    return 0.0\n")[7],
+            "V1"
         );
         assert_eq!(
             lex("s = 'a' + f\"b\" # c"),

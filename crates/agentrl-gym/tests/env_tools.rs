@@ -382,7 +382,7 @@ fn task_symbols_show_special_case_decoys_and_stay_in_vocabulary() {
     assert!(symbols.iter().all(|s| vocab.contains(s)));
     let joined = symbols.join(" ");
     assert!(
-        joined.contains("if NAME == [ NUM , NUM ] : return NUM"),
+        joined.contains("-> if V0 == [ NUM , NUM ] : return NUM"),
         "{joined}"
     );
 }
