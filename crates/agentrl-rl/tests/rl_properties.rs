@@ -552,6 +552,33 @@ fn bad_inputs_return_clear_errors() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("dual_clip"), "{e}");
+    let params = ClipCovParams {
+        cov_low: 5.0,
+        cov_high: 1.0,
+        ..Default::default()
+    };
+    let e = clip_cov_loss(&x, params, AggMode::TokenMean, &AggScale::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("clip_cov_loss") && e.contains("cov_low"), "{e}");
+    let e = kl_cov_loss(&x, 1.5, 1.0, AggMode::TokenMean, &AggScale::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("kl_cov_ratio"), "{e}");
+    let logits = Tensor::zeros((1, 2, 4), candle_core::DType::F32, &Device::Cpu).unwrap();
+    let other = Tensor::zeros((1, 2, 5), candle_core::DType::F32, &Device::Cpu).unwrap();
+    let e = gkd_jsd_per_token(&logits, &other, 0.5, 0.9)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("teacher_logits"), "{e}");
+    let e = gkd_jsd_per_token(&logits, &logits, 0.5, 0.0)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("temperature"), "{e}");
+    let e = gkd_jsd_per_token(&logits, &logits, 1.5, 0.9)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("beta"), "{e}");
     let bad_mask = (&m * 0.5).unwrap();
     let x = PolicyLossInputs {
         log_probs: &m,
