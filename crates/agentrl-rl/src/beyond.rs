@@ -1,11 +1,12 @@
-//! Beyond RL: masked SFT negative log-likelihood, DPO, and the per-token reverse KL of
-//! on-policy distillation (ALGORITHMS.md §14–§15).
+//! Beyond RL: masked SFT negative log-likelihood, DPO, GKD's full-vocabulary generalized JSD,
+//! and the per-token reverse KL of on-policy distillation (ALGORITHMS.md §14–§15).
 //!
 //! Data flow: token log-probs `[B, T]` from [`crate::entropy::token_log_probs`] plus the
 //! assistant-token mask → [`sft_nll_loss`] (SFT, RFT/RAFT/STaR on kept samples); summed
 //! sequence log-probs from [`sequence_log_probs`] for policy and reference on chosen/rejected
 //! responses → [`dpo_loss`]; student and teacher log-probs of the student's sampled tokens →
-//! [`distill_advantages`] → any policy loss of [`crate::policy_loss`].
+//! [`distill_advantages`] → any policy loss of [`crate::policy_loss`]; student and teacher
+//! logits `[B, T, V]` at the same positions → [`gkd_loss`].
 
 use candle_core::Tensor;
 
