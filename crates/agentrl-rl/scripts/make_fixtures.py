@@ -516,6 +516,115 @@ def eval_fixture():
     return {"pass": cases, "overlong": overlong}
 
 
+# ---------------------------------------------------------------- Clip-Cov, KL-Cov, GKD
+# Own generator, so adding these leaves every other fixture byte-identical.
+GEN_COV = torch.Generator().manual_seed(20251130)
+
+
+def token_cov(logp, adv, mask):
+    """ALGORITHMS.md §12 token covariance, means over valid tokens of the batch (verl)."""
+    valid = mask > 0
+    lp = logp.detach()
+    return (lp - lp[valid].mean()) * (adv - adv[valid].mean())
+
+
+def clip_cov_per_token(logp, cfg):
+    """Clip-Cov with r·N >= #candidates, so every in-range unclipped token is dropped."""
+    low, high = cfg["clip_low"], cfg["clip_high"]
+    ratio = torch.exp(torch.clamp(logp - OLD, -20, 20))
+    l1 = -ADV * ratio
+    l2 = -ADV * torch.clamp(ratio, 1 - low, 1 + high)
+    pt = torch.maximum(l1, l2)
+    cov = token_cov(logp, ADV, MASK)
+    cand = (MASK > 0) & (cov >= cfg["cov_low"]) & (cov <= cfg["cov_high"]) & ~(l2 > l1)
+    take = math.floor(cfg["clip_cov_ratio"] * MASK.sum().item())
+    assert take >= int(cand.sum()) or take == 0, "fixture must select every candidate"
+    if take == 0:
+        cand = torch.zeros_like(cand)
+    d = pg_diag(ratio.detach(), ADV, MASK, low, high, l1.detach(), l2.detach())
+    d["cov_selected"] = float(cand.sum())
+    return pt * (~cand).double(), d
+
+
+def kl_cov_per_token(logp, cfg):
+    ratio = torch.exp(torch.clamp(logp - OLD, -20, 20))
+    pt = -ADV * ratio
+    cov = token_cov(logp, ADV, MASK)
+    valid = (MASK > 0).flatten()
+    idx = torch.nonzero(valid).flatten()
+    take = math.floor(cfg["kl_cov_ratio"] * len(idx))
+    top = idx[torch.topk(cov.flatten()[idx], take).indices] if take > 0 else idx[:0]
+    sel = torch.zeros(B * T)
+    sel[top] = 1.0
+    sel = sel.view(B, T)
+    pt = pt + cfg["kl_coef"] * (logp - OLD).abs() * sel
+    d = pg_diag(ratio.detach(), ADV, MASK, None, None)
+    d["cov_selected"] = float(take)
+    return pt, d
+
+
+def gkd_jsd(student, teacher, beta, temperature):
+    """TRL GKDTrainer.generalized_jsd_loss, per position (no reduction)."""
+    F = torch.nn.functional
+    s = F.log_softmax(student / temperature, dim=-1)
+    t = F.log_softmax(teacher / temperature, dim=-1)
+    if beta == 0:
+        jsd = F.kl_div(s, t, reduction="none", log_target=True)
+    elif beta == 1:
+        jsd = F.kl_div(t, s, reduction="none", log_target=True)
+    else:
+        b = torch.tensor(beta)
+        m = torch.logsumexp(torch.stack([s + torch.log(1 - b), t + torch.log(b)]), dim=0)
+        jsd = b * F.kl_div(m, t, reduction="none", log_target=True) + (1 - b) * F.kl_div(
+            m, s, reduction="none", log_target=True
+        )
+    return jsd.sum(-1)
+
+
+def cov_gkd_fixture():
+    cases = []
+    configs = [
+        {"kind": "clip-cov", "clip_low": 0.2, "clip_high": 0.28, "clip_cov_ratio": 1.0, "cov_low": 0.3,
+         "cov_high": 5.0, "seed": 7},
+        {"kind": "clip-cov", "clip_low": 0.2, "clip_high": 0.2, "clip_cov_ratio": 0.0, "cov_low": 1.0,
+         "cov_high": 5.0, "seed": 0},
+        {"kind": "kl-cov", "kl_cov_ratio": 0.2, "kl_coef": 1.0},
+        {"kind": "kl-cov", "kl_cov_ratio": 0.002, "kl_coef": 1.0},
+    ]
+    for cfg in configs:
+        for mode in ("token-mean", "seq-mean-token-mean"):
+            logp = LOGP.clone().requires_grad_(True)
+            fn = clip_cov_per_token if cfg["kind"] == "clip-cov" else kl_cov_per_token
+            pt, diag = fn(logp, cfg)
+            loss = agg(pt, MASK, mode)
+            loss.backward()
+            cases.append({"loss": cfg, "agg": mode, "value": loss.item(), "grad": tolist(logp.grad),
+                          "diagnostics": diag})
+    gb, gt, gv = 3, 4, 7
+    student = f32(torch.randn(gb, gt, gv, generator=GEN_COV) * 2.0)
+    teacher = f32(student + torch.randn(gb, gt, gv, generator=GEN_COV) * 1.5)
+    gmask = torch.tensor([[1, 1, 1, 0], [0, 1, 1, 1], [0, 0, 0, 0]], dtype=torch.float64)
+    gkd = []
+    for beta in (0.0, 0.1, 0.5, 1.0):
+        for temperature in (1.0, 0.9):
+            for mode in ("token-mean", "seq-mean-token-mean"):
+                st = student.clone().requires_grad_(True)
+                per = gkd_jsd(st, teacher, beta, temperature)
+                loss = agg(per, gmask, mode)
+                loss.backward()
+                gkd.append({"beta": beta, "temperature": temperature, "agg": mode, "per_token": tolist(per),
+                            "value": loss.item(), "grad": tolist(st.grad)})
+    return {
+        "log_probs": tolist(LOGP),
+        "old_log_probs": tolist(OLD),
+        "advantages": tolist(ADV),
+        "mask": tolist(MASK),
+        "cases": cases,
+        "gkd": {"student_logits": tolist(student), "teacher_logits": tolist(teacher), "mask": tolist(gmask),
+                "cases": gkd},
+    }
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     fixtures = {
@@ -526,6 +635,7 @@ def main():
         "offpolicy": offpolicy_fixture(),
         "beyond": beyond_fixture(),
         "eval": eval_fixture(),
+        "cov_gkd": cov_gkd_fixture(),
     }
     for name, data in fixtures.items():
         path = os.path.join(OUT, f"{name}.json")

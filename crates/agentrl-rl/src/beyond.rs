@@ -1,11 +1,12 @@
-//! Beyond RL: masked SFT negative log-likelihood, DPO, and the per-token reverse KL of
-//! on-policy distillation (ALGORITHMS.md §14–§15).
+//! Beyond RL: masked SFT negative log-likelihood, DPO, GKD's full-vocabulary generalized JSD,
+//! and the per-token reverse KL of on-policy distillation (ALGORITHMS.md §14–§15).
 //!
 //! Data flow: token log-probs `[B, T]` from [`crate::entropy::token_log_probs`] plus the
 //! assistant-token mask → [`sft_nll_loss`] (SFT, RFT/RAFT/STaR on kept samples); summed
 //! sequence log-probs from [`sequence_log_probs`] for policy and reference on chosen/rejected
 //! responses → [`dpo_loss`]; student and teacher log-probs of the student's sampled tokens →
-//! [`distill_advantages`] → any policy loss of [`crate::policy_loss`].
+//! [`distill_advantages`] → any policy loss of [`crate::policy_loss`]; student and teacher
+//! logits `[B, T, V]` at the same positions → [`gkd_loss`].
 
 use candle_core::Tensor;
 
@@ -138,4 +139,100 @@ pub fn distill_advantages(
     checks::mask_rows(F, mask, b, n)?;
     let zeros = kl.zeros_like()?;
     Ok((mask.ne(0.0)?.where_cond(&kl, &zeros)? * (-coef))?.detach())
+}
+
+/// Per-position generalized Jensen–Shannon divergence of GKD (ALGORITHMS.md §15; Agarwal et
+/// al. 2024, arXiv:2306.13649), over the full vocabulary, as TRL `GKDTrainer.generalized_jsd_loss`
+/// computes it: logits `[B, T, V]` are divided by `temperature`, `P = softmax(teacher)`,
+/// `Q = softmax(student)`,
+/// `JSD(β) = β·KL(P ‖ M) + (1−β)·KL(Q ‖ M)` with `M = βP + (1−β)Q` mixed in log space
+/// (`log M = logsumexp(log P + ln β, log Q + ln(1−β))`). TRL special-cases the ends, and so does
+/// this: `β = 0` is the forward KL `KL(P ‖ Q)` and `β = 1` the reverse KL `KL(Q ‖ P)` (the
+/// general formula would give 0 there). Returns `[B, T]`; the teacher is detached, so gradient
+/// flows to the student only.
+pub fn gkd_jsd_per_token(
+    student_logits: &Tensor,
+    teacher_logits: &Tensor,
+    beta: f64,
+    temperature: f64,
+) -> Result<Tensor> {
+    const F: &str = "gkd_jsd_per_token";
+    let dims = student_logits.dims();
+    if dims.len() != 3 {
+        return Err(RlError::Shape {
+            func: F,
+            arg: "student_logits",
+            got: dims.to_vec(),
+            expected: "[B, T, V]".into(),
+        });
+    }
+    if teacher_logits.dims() != dims {
+        return Err(RlError::Shape {
+            func: F,
+            arg: "teacher_logits",
+            got: teacher_logits.dims().to_vec(),
+            expected: format!("{dims:?} (the student's shape)"),
+        });
+    }
+    if !(0.0..=1.0).contains(&beta) {
+        return Err(RlError::invalid(
+            F,
+            "beta",
+            format!("must be in [0, 1], got {beta}"),
+        ));
+    }
+    if !(temperature > 0.0 && temperature.is_finite()) {
+        return Err(RlError::invalid(
+            F,
+            "temperature",
+            format!("must be a finite value > 0, got {temperature}"),
+        ));
+    }
+    let last = candle_core::D::Minus1;
+    let log_q = candle_nn::ops::log_softmax(&student_logits.affine(1.0 / temperature, 0.0)?, last)?;
+    let log_p = candle_nn::ops::log_softmax(
+        &teacher_logits.detach().affine(1.0 / temperature, 0.0)?,
+        last,
+    )?;
+    // KL(target ‖ input) = Σ_v exp(target)·(target − input)  (torch `kl_div(input, target, log_target=True)`).
+    let kl = |target: &Tensor, input: &Tensor| -> Result<Tensor> {
+        Ok(target.exp()?.mul(&target.sub(input)?)?.sum(last)?)
+    };
+    if beta == 0.0 {
+        return kl(&log_p, &log_q);
+    }
+    if beta == 1.0 {
+        return kl(&log_q, &log_p);
+    }
+    let a = log_p.affine(1.0, beta.ln())?;
+    let b = log_q.affine(1.0, (1.0 - beta).ln())?;
+    let hi = a.maximum(&b)?.detach();
+    let log_m = a
+        .sub(&hi)?
+        .exp()?
+        .add(&b.sub(&hi)?.exp()?)?
+        .log()?
+        .add(&hi)?;
+    Ok(kl(&log_p, &log_m)?
+        .affine(beta, 0.0)?
+        .add(&kl(&log_q, &log_m)?.affine(1.0 - beta, 0.0)?)?)
+}
+
+/// GKD loss (ALGORITHMS.md §15): [`gkd_jsd_per_token`] on the masked positions, aggregated
+/// with `agg` (TRL's `batchmean` over labelled tokens is `token-mean`). TRL `GKDConfig`
+/// defaults: `beta = 0.5`, `temperature = 0.9` (`lmbda`, the on-policy share, is a
+/// data-sampling choice of the trainer, not part of the loss).
+pub fn gkd_loss(
+    student_logits: &Tensor,
+    teacher_logits: &Tensor,
+    mask: &Tensor,
+    beta: f64,
+    temperature: f64,
+    agg: AggMode,
+    scale: &AggScale,
+) -> Result<Tensor> {
+    let per_token = gkd_jsd_per_token(student_logits, teacher_logits, beta, temperature)?;
+    let (b, n) = per_token.dims2()?;
+    checks::mask_rows("gkd_loss", mask, b, n)?;
+    aggregate(&per_token, mask, agg, scale)
 }

@@ -36,10 +36,10 @@
 //! | CISPO (§10) | [`group_advantages`]`(GrpoStd)` → [`cispo_loss`]`(ε_low large, ε_high)` → `token-mean`; no KL |
 //! | TIS / MIS / IcePop (§13) | [`tis_weights`]`(C = 2)` / [`mis_weights`]`(token \| sequence \| geometric)` / [`icepop_weights`] → `PolicyLossInputs.token_weights` of the base loss; log [`mismatch_metrics`] |
 //! | Decoupled PPO (§13) | `token_weights = min(π_prox/π_behav, C)` via [`tis_weights`]`(train = prox, rollout = behav)` → [`ppo_clip_loss`] with `old = log π_prox` |
-//! | Clip-Cov / KL-Cov (§12) | not provided yet (the covariance-based token selection is missing); the base is [`ppo_clip_loss`] → `token-mean`, with [`entropy_from_logits`] to monitor collapse |
+//! | Clip-Cov / KL-Cov (§12) | [`group_advantages`]`(GrpoStd)` → [`clip_cov_loss`]`(ε = 0.2, r = 2e-4, ω = [1, 5])` or [`kl_cov_loss`]`(k = 2e-3, β = 1)` (`PolicyLoss::ClipCov` / `KlCov`) → `token-mean`; no KL loss; monitor [`entropy_from_logits`] |
 //! | DPO (§14) | [`sequence_log_probs`] for policy and reference, chosen and rejected → [`dpo_loss`]`(β = 0.1)` |
 //! | RFT / RAFT / STaR (§14) | keep passing samples (e.g. [`dynamic_sampling_filter`]-style selection by reward) → [`sft_nll_loss`] → `token-mean` |
-//! | GKD (§15) | not provided (full-vocabulary divergence needs both models' logits); see [`reverse_kl_per_token`] for the sampled-token form |
+//! | GKD (§15) | mix data (share `λ = 0.5` sampled from the student) → student and teacher logits `[B, T, V]` → [`gkd_loss`]`(β = 0.5, τ = 0.9)` = [`gkd_jsd_per_token`] → `token-mean` |
 //! | On-policy distillation (§15) | [`distill_advantages`]`(c = 1)` → [`vanilla_pg_loss`] (importance-sampling PG) or [`ppo_clip_loss`] → `token-mean` |
 //! | MT-GRPO / GiGPO (§17) | turn-level rewards → [`group_advantages`] per turn group, added to the episode advantage → [`ppo_clip_loss`] → `token-mean` |
 //! | any | + [`entropy_bonus_loss`]`(c_H)` on [`entropy_from_logits`]; evaluation: [`pass_at_k`], [`pass_hat_k`], [`bootstrap_ci`] |
@@ -65,7 +65,8 @@ pub use advantages::{
 };
 pub use aggregation::{aggregate, masked_mean_value, step_scale, AggMode, AggScale};
 pub use beyond::{
-    distill_advantages, dpo_loss, reverse_kl_per_token, sequence_log_probs, sft_nll_loss, DpoOutput,
+    distill_advantages, dpo_loss, gkd_jsd_per_token, gkd_loss, reverse_kl_per_token,
+    sequence_log_probs, sft_nll_loss, DpoOutput,
 };
 pub use entropy::{entropy_bonus_loss, entropy_from_logits, token_log_probs};
 pub use error::{Result, RlError};
@@ -81,7 +82,8 @@ pub use offpolicy::{
 };
 pub use overlong::{overlong_filter_mask, soft_overlong_penalties, soft_overlong_penalty};
 pub use policy_loss::{
-    cispo_loss, compute_policy_loss, gspo_loss, gspo_token_loss, ppo_clip_loss, token_ratio,
-    vanilla_pg_loss, PolicyLoss, PolicyLossDiagnostics, PolicyLossInputs, PolicyLossOutput,
+    cispo_loss, clip_cov_loss, compute_policy_loss, gspo_loss, gspo_token_loss, kl_cov_loss,
+    ppo_clip_loss, token_ratio, vanilla_pg_loss, ClipCovParams, PolicyLoss, PolicyLossDiagnostics,
+    PolicyLossInputs, PolicyLossOutput,
 };
 pub use returns::{discounted_returns, gae, masked_whiten, value_loss, GaeOutput, ValueLossOutput};

@@ -1,5 +1,6 @@
 //! Policy-gradient losses: vanilla PG, PPO clip (with dual clip and DAPO's asymmetric
-//! clip-higher), GSPO, GSPO-token and CISPO (ALGORITHMS.md §1, §3, §6, §9, §10).
+//! clip-higher), GSPO, GSPO-token, CISPO, and the covariance-selected Clip-Cov / KL-Cov
+//! (ALGORITHMS.md §1, §3, §6, §9, §10, §12).
 //!
 //! Data flow: trainer log-probs `log π_θ` (differentiable), the proximal `log π_old` and the
 //! advantages (from [`crate::advantages`]), all `[B, T]`, plus the loss mask → a per-token loss
@@ -10,6 +11,8 @@
 //! Log-ratios are clamped to ±20 before `exp` (verl), GSPO's sequence log-ratio to ≤ 10.
 
 use candle_core::Tensor;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::aggregation::{aggregate, AggMode, AggScale};
@@ -57,6 +60,30 @@ pub enum PolicyLoss {
         clip_low: f64,
         /// Upper bound `1 + ε_high^IS` of the weight.
         clip_high: f64,
+    },
+    /// Clip-Cov: PPO clip, plus `⌊r·N⌋` random tokens with `Cov ∈ [ω_low, ω_high]` whose
+    /// PG term is dropped (no gradient). See [`clip_cov_loss`].
+    ClipCov {
+        /// ε_low of the PPO clip.
+        clip_low: f64,
+        /// ε_high of the PPO clip.
+        clip_high: f64,
+        /// r: share of valid tokens to drop (paper and verl: 2e-4).
+        clip_cov_ratio: f64,
+        /// ω_low: lower covariance bound (default 1).
+        cov_low: f64,
+        /// ω_high: upper covariance bound (default 5).
+        cov_high: f64,
+        /// Seed of the random pick among in-range tokens (vary it per step).
+        seed: u64,
+    },
+    /// KL-Cov: importance-weighted PG, plus `β·|log π_θ − log π_old|` on the top `⌊k·N⌋`
+    /// tokens by Cov. See [`kl_cov_loss`].
+    KlCov {
+        /// k: share of valid tokens penalised (paper 7B: 2e-3; verl default 2e-4).
+        kl_cov_ratio: f64,
+        /// β: coefficient of the `|log-ratio|` penalty (default 1).
+        kl_coef: f64,
     },
 }
 
@@ -110,6 +137,8 @@ pub struct PolicyLossDiagnostics {
     pub ratio_max: f32,
     /// Number of valid tokens.
     pub num_tokens: f32,
+    /// Clip-Cov / KL-Cov: number of tokens selected by covariance (dropped, or penalised).
+    pub cov_selected: f32,
 }
 
 /// A policy loss: the scalar to backpropagate plus diagnostics.
@@ -451,6 +480,227 @@ pub fn cispo_loss(
     finish(x, &c, per_token, &ratio, diag, agg, scale)
 }
 
+/// Token covariance of ALGORITHMS.md §12, `Cov_i = (log π_i − mean log π)·(Â_i − mean Â)`,
+/// with both means over the valid tokens of the whole batch (verl). Host rows; `log π` is
+/// taken as a constant.
+fn token_covariance(logp: &[Vec<f32>], adv: &[Vec<f32>], mask_rows: &[Vec<f32>]) -> Vec<Vec<f64>> {
+    let (mut sum_lp, mut sum_a, mut n) = (0.0f64, 0.0f64, 0.0f64);
+    for ((lr, ar), mr) in logp.iter().zip(adv).zip(mask_rows) {
+        for ((&l, &a), &m) in lr.iter().zip(ar).zip(mr) {
+            if m > 0.0 {
+                sum_lp += f64::from(l);
+                sum_a += f64::from(a);
+                n += 1.0;
+            }
+        }
+    }
+    let (mean_lp, mean_a) = (sum_lp / n.max(1.0), sum_a / n.max(1.0));
+    logp.iter()
+        .zip(adv)
+        .map(|(lr, ar)| {
+            lr.iter()
+                .zip(ar)
+                .map(|(&l, &a)| (f64::from(l) - mean_lp) * (f64::from(a) - mean_a))
+                .collect()
+        })
+        .collect()
+}
+
+fn check_ratio(func: &'static str, arg: &'static str, v: f64) -> Result<()> {
+    if !((0.0..=1.0).contains(&v)) {
+        return Err(RlError::invalid(
+            func,
+            arg,
+            format!("must be a share of tokens in [0, 1], got {v}"),
+        ));
+    }
+    Ok(())
+}
+
+/// 0/1 host rows with ones at `picked` `(row, col)` positions.
+fn selection_rows(b: usize, n: usize, picked: &[(usize, usize)]) -> Vec<f32> {
+    let mut flat = vec![0.0f32; b * n];
+    for &(i, t) in picked {
+        flat[i * n + t] = 1.0;
+    }
+    flat
+}
+
+/// Clip-Cov (ALGORITHMS.md §12; Cui et al. 2025, arXiv:2505.22617 §4; verl
+/// `compute_policy_loss_clip_cov`): the PPO clipped surrogate `ℓ = max(−Â r, −Â clip(r, 1−lo,
+/// 1+hi))`, then among valid tokens that PPO did not already clip and whose token covariance
+/// (see §12) lies in `[cov_low, cov_high]`, `⌊r·N⌋` (N = valid tokens) are drawn at random
+/// (ChaCha8 seeded by `seed`) and their term is multiplied by 0, so they contribute neither
+/// value nor gradient (verl's `corr` mask).
+///
+/// Deviation from verl: verl draws `max(⌊r·N⌋, 1)` tokens; this draws `⌊r·N⌋`, as the paper
+/// and ALGORITHMS.md state, so `clip_cov_ratio = 0` is exactly PPO. No dual clip (verl has none
+/// in this loss).
+pub fn clip_cov_loss(
+    x: &PolicyLossInputs<'_>,
+    params: ClipCovParams,
+    agg: AggMode,
+    scale: &AggScale,
+) -> Result<PolicyLossOutput> {
+    const F: &str = "clip_cov_loss";
+    let c = check(F, x)?;
+    check_clip(F, params.clip_low, params.clip_high)?;
+    check_ratio(F, "clip_cov_ratio", params.clip_cov_ratio)?;
+    if !(params.cov_low.is_finite()
+        && params.cov_high.is_finite()
+        && params.cov_low <= params.cov_high)
+    {
+        return Err(RlError::invalid(
+            F,
+            "cov_low",
+            format!(
+                "need finite cov_low <= cov_high, got [{}, {}]",
+                params.cov_low, params.cov_high
+            ),
+        ));
+    }
+    let ratio = token_ratio(x.log_probs, x.old_log_probs)?;
+    let adv = x.advantages.detach();
+    let (per_token, mut diag) = clipped_surrogate(
+        &ratio,
+        &adv,
+        &c.mask_rows,
+        params.clip_low,
+        params.clip_high,
+        None,
+    )?;
+    let unclipped = checks::rows(&ratio.mul(&adv)?.neg()?)?;
+    let clipped = checks::rows(
+        &ratio
+            .clamp(1.0 - params.clip_low, 1.0 + params.clip_high)?
+            .mul(&adv)?
+            .neg()?,
+    )?;
+    let cov = token_covariance(
+        &checks::rows(x.log_probs)?,
+        &checks::rows(&adv)?,
+        &c.mask_rows,
+    );
+    let num_valid: f32 = c.mask_rows.iter().flatten().sum();
+    let take = (params.clip_cov_ratio * f64::from(num_valid)).floor() as usize;
+    let mut candidates = Vec::new();
+    for (i, mr) in c.mask_rows.iter().enumerate() {
+        for (t, &m) in mr.iter().enumerate() {
+            let in_range = (params.cov_low..=params.cov_high).contains(&cov[i][t]);
+            if m > 0.0 && in_range && clipped[i][t] <= unclipped[i][t] {
+                candidates.push((i, t));
+            }
+        }
+    }
+    let take = take.min(candidates.len());
+    let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
+    let picked: Vec<(usize, usize)> = rand::seq::index::sample(&mut rng, candidates.len(), take)
+        .into_iter()
+        .map(|k| candidates[k])
+        .collect();
+    let (b, n) = x.log_probs.dims2()?;
+    let keep = Tensor::from_vec(selection_rows(b, n, &picked), (b, n), x.log_probs.device())?
+        .to_dtype(per_token.dtype())?
+        .affine(-1.0, 1.0)?;
+    diag.cov_selected = picked.len() as f32;
+    let per_token = per_token.mul(&keep)?;
+    finish(x, &c, per_token, &ratio, diag, agg, scale)
+}
+
+/// Hyper-parameters of [`clip_cov_loss`] (see [`PolicyLoss::ClipCov`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ClipCovParams {
+    /// ε_low of the PPO clip.
+    pub clip_low: f64,
+    /// ε_high of the PPO clip.
+    pub clip_high: f64,
+    /// r: share of valid tokens dropped.
+    pub clip_cov_ratio: f64,
+    /// ω_low.
+    pub cov_low: f64,
+    /// ω_high.
+    pub cov_high: f64,
+    /// RNG seed of the pick.
+    pub seed: u64,
+}
+
+impl Default for ClipCovParams {
+    /// The paper's defaults (ALGORITHMS.md §12): ε = 0.2, r = 2e-4, ω = [1, 5], seed 0.
+    fn default() -> Self {
+        ClipCovParams {
+            clip_low: 0.2,
+            clip_high: 0.2,
+            clip_cov_ratio: 2e-4,
+            cov_low: 1.0,
+            cov_high: 5.0,
+            seed: 0,
+        }
+    }
+}
+
+/// KL-Cov (ALGORITHMS.md §12; Cui et al. 2025, arXiv:2505.22617 §4; verl
+/// `compute_policy_loss_kl_cov`): the importance-weighted PG term `ℓ = −Â r` (no ratio clip,
+/// as in verl), and for the `⌊k·N⌋` valid tokens with the largest token covariance
+/// `ℓ ← ℓ + β·|log π_θ − log π_old|` (differentiable). Ties break by position.
+///
+/// Deviation from verl: verl penalises `max(⌊k·N⌋, 1)` tokens (none when `k = 0`); this uses
+/// `⌊k·N⌋` as the paper and ALGORITHMS.md state.
+pub fn kl_cov_loss(
+    x: &PolicyLossInputs<'_>,
+    kl_cov_ratio: f64,
+    kl_coef: f64,
+    agg: AggMode,
+    scale: &AggScale,
+) -> Result<PolicyLossOutput> {
+    const F: &str = "kl_cov_loss";
+    let c = check(F, x)?;
+    check_ratio(F, "kl_cov_ratio", kl_cov_ratio)?;
+    if !(kl_coef >= 0.0 && kl_coef.is_finite()) {
+        return Err(RlError::invalid(
+            F,
+            "kl_coef",
+            format!("must be a finite value >= 0, got {kl_coef}"),
+        ));
+    }
+    let ratio = token_ratio(x.log_probs, x.old_log_probs)?;
+    let adv = x.advantages.detach();
+    let pg = ratio.mul(&adv)?.neg()?;
+    let cov = token_covariance(
+        &checks::rows(x.log_probs)?,
+        &checks::rows(&adv)?,
+        &c.mask_rows,
+    );
+    let mut valid: Vec<(usize, usize)> = Vec::new();
+    for (i, mr) in c.mask_rows.iter().enumerate() {
+        for (t, &m) in mr.iter().enumerate() {
+            if m > 0.0 {
+                valid.push((i, t));
+            }
+        }
+    }
+    let take = ((kl_cov_ratio * valid.len() as f64).floor() as usize).min(valid.len());
+    // Stable sort: descending covariance, ties keep row-major order.
+    valid.sort_by(|&(i, t), &(j, u)| cov[j][u].total_cmp(&cov[i][t]));
+    valid.truncate(take);
+    let (b, n) = x.log_probs.dims2()?;
+    let selected = Tensor::from_vec(selection_rows(b, n, &valid), (b, n), x.log_probs.device())?
+        .to_dtype(pg.dtype())?;
+    // |d| as d·sg(sign d): the subgradient at d = 0 is 0 as in torch (candle's `abs` gives 1).
+    let log_ratio = x.log_probs.sub(&x.old_log_probs.detach())?;
+    let sign = log_ratio
+        .gt(0.0)?
+        .to_dtype(pg.dtype())?
+        .sub(&log_ratio.lt(0.0)?.to_dtype(pg.dtype())?)?
+        .detach();
+    let penalty = log_ratio.mul(&sign)?.affine(kl_coef, 0.0)?.mul(&selected)?;
+    let per_token = pg.add(&penalty)?;
+    let diag = PolicyLossDiagnostics {
+        cov_selected: valid.len() as f32,
+        ..Default::default()
+    };
+    finish(x, &c, per_token, &ratio, diag, agg, scale)
+}
+
 /// Dispatches on [`PolicyLoss`]: one call site for the trainer.
 pub fn compute_policy_loss(
     loss: &PolicyLoss,
@@ -477,5 +727,29 @@ pub fn compute_policy_loss(
             clip_low,
             clip_high,
         } => cispo_loss(x, clip_low, clip_high, agg, scale),
+        PolicyLoss::ClipCov {
+            clip_low,
+            clip_high,
+            clip_cov_ratio,
+            cov_low,
+            cov_high,
+            seed,
+        } => clip_cov_loss(
+            x,
+            ClipCovParams {
+                clip_low,
+                clip_high,
+                clip_cov_ratio,
+                cov_low,
+                cov_high,
+                seed,
+            },
+            agg,
+            scale,
+        ),
+        PolicyLoss::KlCov {
+            kl_cov_ratio,
+            kl_coef,
+        } => kl_cov_loss(x, kl_cov_ratio, kl_coef, agg, scale),
     }
 }

@@ -62,6 +62,24 @@ fn all_losses() -> Vec<PolicyLoss> {
     ]
 }
 
+/// Clip-Cov / KL-Cov with ratios large enough to select tokens in small batches.
+fn cov_losses() -> Vec<PolicyLoss> {
+    vec![
+        PolicyLoss::ClipCov {
+            clip_low: 0.2,
+            clip_high: 0.28,
+            clip_cov_ratio: 0.5,
+            cov_low: 0.0,
+            cov_high: 5.0,
+            seed: 3,
+        },
+        PolicyLoss::KlCov {
+            kl_cov_ratio: 0.5,
+            kl_coef: 1.0,
+        },
+    ]
+}
+
 const MODES: [AggMode; 4] = [
     AggMode::TokenMean,
     AggMode::SeqMeanTokenSum,
@@ -123,10 +141,40 @@ proptest! {
     }
 
     #[test]
+    fn clip_cov_with_zero_ratio_equals_ppo_and_selection_is_seeded((logp, old, adv, mask) in batch(), seed in 0u64..1000) {
+        let (old_t, adv_t, mask_t) = (tensor(&old), tensor(&adv), tensor(&mask));
+        let valid: f32 = mask.iter().flatten().sum();
+        for agg in MODES {
+            let lp = Var::from_tensor(&tensor(&logp)).unwrap();
+            let x = PolicyLossInputs { log_probs: lp.as_tensor(), old_log_probs: &old_t, advantages: &adv_t, mask: &mask_t, token_weights: None };
+            let params = ClipCovParams { clip_low: 0.2, clip_high: 0.28, clip_cov_ratio: 0.0, cov_low: -10.0, cov_high: 10.0, seed };
+            let cc = clip_cov_loss(&x, params, agg, &AggScale::default()).unwrap();
+            let ppo = ppo_clip_loss(&x, 0.2, 0.28, None, agg, &AggScale::default()).unwrap();
+            prop_assert_eq!(scalar(&cc.loss), scalar(&ppo.loss));
+            prop_assert_eq!(cc.diagnostics.cov_selected, 0.0);
+            let (gc, gp) = (cc.loss.backward().unwrap(), ppo.loss.backward().unwrap());
+            prop_assert_eq!(rows(gc.get(lp.as_tensor()).unwrap()), rows(gp.get(lp.as_tensor()).unwrap()));
+            // with every token in range, exactly ⌊r·N⌋ of the PPO-unclipped ones are dropped,
+            // the same ones for the same seed
+            let wide = ClipCovParams { clip_cov_ratio: 0.5, ..params };
+            let a = clip_cov_loss(&x, wide, agg, &AggScale::default()).unwrap();
+            let b = clip_cov_loss(&x, wide, agg, &AggScale::default()).unwrap();
+            let unclipped = valid - ppo.diagnostics.clipfrac * valid;
+            let want = (0.5 * valid).floor().min(unclipped.round());
+            prop_assert_eq!(a.diagnostics.cov_selected, want);
+            prop_assert_eq!(rows(&a.per_token), rows(&b.per_token));
+            let zeroed = rows(&a.per_token).iter().flatten().zip(mask.iter().flatten())
+                .zip(rows(&ppo.per_token).iter().flatten())
+                .filter(|((v, m), p)| **m > 0.0 && **v == 0.0 && **p != 0.0).count();
+            prop_assert_eq!(zeroed as f32, want);
+        }
+    }
+
+    #[test]
     fn masked_tokens_receive_exactly_zero_gradient((logp, old, adv, mask) in batch()) {
         let (old_t, adv_t, mask_t) = (tensor(&old), tensor(&adv), tensor(&mask));
         let weights = mask_t.affine(0.5, 0.75).unwrap();
-        for loss in all_losses() {
+        for loss in all_losses().into_iter().chain(cov_losses()) {
             for agg in MODES {
                 let lp = Var::from_tensor(&tensor(&logp)).unwrap();
                 let x = PolicyLossInputs { log_probs: lp.as_tensor(), old_log_probs: &old_t, advantages: &adv_t, mask: &mask_t, token_weights: Some(&weights) };
@@ -231,6 +279,8 @@ fn finite_difference_gradients_match_autograd() {
     let (old_t, adv_t, mask_t) = (tensor(&old), tensor(&adv), tensor(&mask));
     // old values shifted off the clip boundary (|V − V_old| = ε_v exactly is a kink)
     let old_values = (&old_t + 0.13).unwrap();
+    let teacher = tensor(&old).unsqueeze(0).unwrap().affine(1.5, 0.2).unwrap();
+    let gkd_mask = tensor(&[vec![1.0f32, 0.0, 1.0]]);
     type LossFn<'a> = Box<dyn Fn(&Tensor) -> Tensor + 'a>;
     let mut fns: Vec<(String, LossFn)> = Vec::new();
     // GSPO-token's value uses stop-gradients, so its gradient is not the derivative of its own
@@ -394,6 +444,43 @@ fn finite_difference_gradients_match_autograd() {
             }),
         ));
     }
+    for loss in cov_losses() {
+        let (o, a, m) = (&old_t, &adv_t, &mask_t);
+        fns.push((
+            format!("{loss:?}"),
+            Box::new(move |lp: &Tensor| {
+                let x = PolicyLossInputs {
+                    log_probs: lp,
+                    old_log_probs: o,
+                    advantages: a,
+                    mask: m,
+                    token_weights: None,
+                };
+                compute_policy_loss(&loss, &x, AggMode::SeqMeanTokenMean, &AggScale::default())
+                    .unwrap()
+                    .loss
+            }),
+        ));
+    }
+    // GKD: the [3, 5] input as student logits of 3 positions over a 5-token vocabulary.
+    for beta in [0.0, 0.3, 1.0] {
+        let (t, m) = (&teacher, &gkd_mask);
+        fns.push((
+            format!("gkd beta={beta}"),
+            Box::new(move |lp: &Tensor| {
+                gkd_loss(
+                    &lp.unsqueeze(0).unwrap(),
+                    t,
+                    m,
+                    beta,
+                    0.9,
+                    AggMode::TokenMean,
+                    &AggScale::default(),
+                )
+                .unwrap()
+            }),
+        ));
+    }
     for (name, func) in &fns {
         let v = Var::from_tensor(&tensor(&logp)).unwrap();
         let loss = func(v.as_tensor());
@@ -465,6 +552,33 @@ fn bad_inputs_return_clear_errors() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("dual_clip"), "{e}");
+    let params = ClipCovParams {
+        cov_low: 5.0,
+        cov_high: 1.0,
+        ..Default::default()
+    };
+    let e = clip_cov_loss(&x, params, AggMode::TokenMean, &AggScale::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("clip_cov_loss") && e.contains("cov_low"), "{e}");
+    let e = kl_cov_loss(&x, 1.5, 1.0, AggMode::TokenMean, &AggScale::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("kl_cov_ratio"), "{e}");
+    let logits = Tensor::zeros((1, 2, 4), candle_core::DType::F32, &Device::Cpu).unwrap();
+    let other = Tensor::zeros((1, 2, 5), candle_core::DType::F32, &Device::Cpu).unwrap();
+    let e = gkd_jsd_per_token(&logits, &other, 0.5, 0.9)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("teacher_logits"), "{e}");
+    let e = gkd_jsd_per_token(&logits, &logits, 0.5, 0.0)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("temperature"), "{e}");
+    let e = gkd_jsd_per_token(&logits, &logits, 1.5, 0.9)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("beta"), "{e}");
     let bad_mask = (&m * 0.5).unwrap();
     let x = PolicyLossInputs {
         log_probs: &m,
@@ -574,6 +688,20 @@ fn config_enums_use_verl_kebab_case_names() {
     let a: AdvantageEstimator =
         serde_json::from_str(r#"{"kind":"grpo","norm_by_std":false}"#).unwrap();
     assert_eq!(a, AdvantageEstimator::Grpo { norm_by_std: false });
+    let kc: PolicyLoss =
+        serde_json::from_str(r#"{"kind":"kl-cov","kl_cov_ratio":0.002,"kl_coef":1.0}"#).unwrap();
+    assert_eq!(
+        kc,
+        PolicyLoss::KlCov {
+            kl_cov_ratio: 0.002,
+            kl_coef: 1.0
+        }
+    );
+    let cc: PolicyLoss = serde_json::from_str(
+        r#"{"kind":"clip-cov","clip_low":0.2,"clip_high":0.2,"clip_cov_ratio":0.0002,"cov_low":1.0,"cov_high":5.0,"seed":0}"#,
+    )
+    .unwrap();
+    assert!(matches!(cc, PolicyLoss::ClipCov { seed: 0, .. }));
     let c: RolloutCorrection = serde_json::from_str(r#"{"kind":"tis","cap":2.0}"#).unwrap();
     assert_eq!(c, RolloutCorrection::Tis { cap: 2.0 });
 }
