@@ -5,7 +5,9 @@
 //! The step: forward over `[B, T]` ids, log-softmax gathered at the targets, the PPO/GRPO
 //! clipped surrogate (ALGORITHMS.md §3/§4) on the token ratio against fixed old log-probs,
 //! aggregated as a masked `token-mean` (§0), backward, AdamW. The inputs are synthetic but
-//! shaped like a real batch (a loss mask over about a third of the positions).
+//! shaped like a real batch (a loss mask over about a third of the positions). The timed model is
+//! the transformer with its LM and value heads; the pointer head (`TinyConfig::pointer_markers`)
+//! is left out on both sides, since random ids hold no candidate spans for it to score.
 //!
 //! Both sides report the median of `steps` timed steps after `warmup` untimed ones, so the
 //! figure is the steady-state cost, not allocation warm-up or the first-call overheads.

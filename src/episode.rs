@@ -528,7 +528,7 @@ pub(crate) mod tests {
             Observation::Task { candidates, .. } => candidates
                 .iter()
                 .enumerate()
-                .flat_map(|(k, c)| vec![format!("C{k}"), c.new.clone()])
+                .flat_map(|(k, c)| vec![format!("C{k}"), c.new.clone(), format!("C{k}")])
                 .collect(),
             Observation::Tests(report) => {
                 vec![if report.failed.is_empty() {
@@ -559,8 +559,14 @@ pub(crate) mod tests {
             n_layers: 2,
             n_heads: 2,
             mlp_ratio: 2,
-            max_seq: 96,
+            max_seq: 128,
             rms_eps: 1e-5,
+            // The pointer head is on, as in the default run, so the engine/trainer agreement
+            // tests built on these rollouts cover it.
+            pointer_markers: (0..agentrl_chat::tiny::MAX_CANDIDATES)
+                .filter_map(|k| codec.vocab().id(&agentrl_chat::tiny::candidate_word(k)))
+                .collect(),
+            pointer_segment_end: codec.vocab().obs_end_id(),
         };
         TinyAgent::new(cfg, seed, &Device::Cpu).unwrap()
     }

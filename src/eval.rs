@@ -41,6 +41,8 @@ pub struct EvalReport {
     /// Malformed actions over all actions.
     pub format_error_rate: f64,
     pub mean_turns: f64,
+    /// Hidden solve rate of each task, by task id (which tasks the policy has and lacks).
+    pub per_task: BTreeMap<String, f64>,
 }
 
 /// Summarises the episodes of one split. Every task must have the same number of samples
@@ -91,6 +93,10 @@ pub fn summarize(split: &str, outcomes: &[EpisodeOutcome], k: usize) -> anyhow::
             format_errors as f64 / actions as f64
         },
         mean_turns: actions as f64 / episodes,
+        per_task: per_task
+            .iter()
+            .map(|(task, &(m, solved))| (task.to_string(), solved as f64 / m as f64))
+            .collect(),
     })
 }
 
@@ -134,6 +140,8 @@ mod tests {
         assert!((r.hacking_rate - 0.25).abs() < 1e-12);
         assert!((r.public_solve_rate - 0.5).abs() < 1e-12);
         assert!((r.format_error_rate - 2.0 / 16.0).abs() < 1e-12);
+        assert_eq!(r.per_task["a"], 0.5);
+        assert_eq!(r.per_task["b"], 0.0);
         Ok(())
     }
 

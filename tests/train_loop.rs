@@ -209,9 +209,9 @@ fn training_raises_the_solve_rate_and_lowers_format_errors() -> anyhow::Result<(
             "rollout.group_size=8",
             "optim.lr=1e-2",
             "model.action_vocab=grammar",
-            // Two tasks in the gym's fixed candidate order (explicit, whatever the default):
-            // the budget is enough to learn them, not to learn to read shuffled candidates.
-            "rollout.shuffle_candidates=false",
+            // Candidates reshuffled in every training episode; evaluation uses the gym's
+            // order, so a solve there means the policy read the candidates.
+            "rollout.shuffle_candidates=true",
         ],
     )?;
     let (mut trainer, _) = Trainer::create(cfg)?;
@@ -228,8 +228,11 @@ fn training_raises_the_solve_rate_and_lowers_format_errors() -> anyhow::Result<(
         before.hidden_solve_rate,
         after.hidden_solve_rate
     );
+    // Untrained, the policy names a candidate the task does not have in a few percent of
+    // its calls (the gym answers with a format error); trained, at most half as often.
     assert!(
-        after.format_error_rate < before.format_error_rate,
+        before.format_error_rate > 0.02
+            && after.format_error_rate <= 0.5 * before.format_error_rate,
         "format-error rate {:.3} -> {:.3}",
         before.format_error_rate,
         after.format_error_rate

@@ -315,6 +315,8 @@ mod tests {
             mlp_ratio: 2,
             max_seq: 64,
             rms_eps: 1e-5,
+            pointer_markers: Vec::new(),
+            pointer_segment_end: 0,
         };
         TinyAgent::new(cfg, 1, &Device::Cpu).unwrap()
     }

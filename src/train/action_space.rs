@@ -3,14 +3,14 @@
 //! The tiny vocabulary holds ~190 words, but only 15 of them can ever appear in a well-formed
 //! action (`<call>`, `</call>`, the five tool names, `C0..C7`); the rest are observation
 //! symbols (`PASS`, `NAME`, `LINE 3`, …) that the policy reads but never needs to write. With
-//! `model.action_vocab = "actions"` (the default) every other word gets a logit bias of
+//! `model.action_vocab = "actions"` every other word gets a logit bias of
 //! [`MASKED_LOGIT`] both when the engine samples and when the trainer scores, so the two see
 //! the same distribution and on-policy ratios stay 1. The *format* is still learned: any order
 //! of these 15 words is possible, and a malformed action still gets the gym's format-error
 //! observation. From a uniform start, a random 15-word action is well formed about once in
 //! a thousand tries instead of about once in 10⁷ over the full vocabulary, which is what makes
 //! format learning take seconds rather than never on 2 cores. `"full"` samples from the whole
-//! vocabulary. `"grammar"` goes further and constrains each word by the word before it
+//! vocabulary. `"grammar"` (the default) goes further and constrains each word by the word before it
 //! (`</obs>` → `<call>` → tool → `C0..C7` after `edit` → `</call>`), so every action is well
 //! formed and only the choice of tool and candidate is learned.
 //!

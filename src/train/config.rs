@@ -44,6 +44,10 @@ pub struct ModelConfig {
     /// Words the policy may emit: the 15 words of the call format, or the whole vocabulary
     /// (see `train::action_space`).
     pub action_vocab: ActionVocab,
+    /// Score the candidate arguments `C0…` with a pointer head (the decision state against
+    /// each candidate's span in the task observation) instead of the LM head's fixed rows, so
+    /// that choosing an edit means reading the candidates, not remembering a position.
+    pub pointer_head: bool,
 }
 
 impl Default for ModelConfig {
@@ -55,6 +59,7 @@ impl Default for ModelConfig {
             mlp_ratio: 4,
             max_seq: 256,
             action_vocab: ActionVocab::Grammar,
+            pointer_head: true,
         }
     }
 }
@@ -195,7 +200,7 @@ pub struct OptimConfig {
 impl Default for OptimConfig {
     fn default() -> Self {
         Self {
-            lr: 3e-3,
+            lr: 1e-3,
             beta1: 0.9,
             beta2: 0.99,
             eps: 1e-8,
@@ -234,7 +239,7 @@ impl Default for RolloutConfig {
             max_turns: 4,
             max_action_tokens: 6,
             tasks_dir: None,
-            shuffle_candidates: false,
+            shuffle_candidates: true,
         }
     }
 }

@@ -586,6 +586,14 @@ pub fn tiny_config(config: &Config, codec: &TinyCodec) -> TinyConfig {
         n_heads: config.model.heads,
         mlp_ratio: config.model.mlp_ratio,
         max_seq: config.model.max_seq,
+        pointer_markers: if config.model.pointer_head {
+            (0..agentrl_chat::tiny::MAX_CANDIDATES)
+                .filter_map(|k| codec.vocab().id(&agentrl_chat::tiny::candidate_word(k)))
+                .collect()
+        } else {
+            Vec::new()
+        },
+        pointer_segment_end: codec.vocab().obs_end_id(),
         ..TinyConfig::default()
     }
 }

@@ -148,7 +148,8 @@ impl TinyVocab {
     }
 }
 
-fn candidate_word(k: usize) -> String {
+/// The vocabulary word of candidate argument `k` (`C{k}`).
+pub fn candidate_word(k: usize) -> String {
     format!("C{k}")
 }
 

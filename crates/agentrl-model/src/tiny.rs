@@ -10,6 +10,18 @@
 //! causal multi-head self-attention, GELU MLP), a final RMSNorm, an LM head and a value head
 //! (`V(s_t)`, a linear map of the final hidden state, ALGORITHMS.md §2).
 //!
+//! Pointer head (when `pointer_markers` is set; the default run sets it): choosing `edit Ck`
+//! should mean reading candidate `k`, but an LM-head row for `Ck` is a fixed vector, so a
+//! policy trained through it learns *where* fixes tend to sit rather than *what* they say. So
+//! the logit of marker `Ck` is replaced, from the end of the task observation on, by a
+//! pointer score `(W_q h_t) · (W_k m_k) / sqrt(d)`: `h_t` is the decision state and `m_k` the
+//! mean final hidden state of candidate `k`'s span (the tokens between `Ck … Ck`), encoded by
+//! the same blocks as a sequence of its own. A candidate's key therefore depends on its content
+//! only, not on its slot or on its neighbours, and what is learned about one task carries over
+//! to the same fix listed elsewhere. Candidates the task does not list keep their LM-head logit
+//! (choosing one is a format error the policy must learn to avoid). The training forward and
+//! the KV-cache path find the spans with the same token scan, so they agree.
+//!
 //! Only differentiable ops are used: candle's fused `softmax_last_dim` / `rms_norm` record no
 //! backward pass and would silently starve the weights upstream of gradient (shared/DESIGN.md,
 //! "candle"). RMSNorm, GELU and the causal softmax are our own fused ops with hand-written
@@ -47,6 +59,12 @@ pub struct TinyConfig {
     /// Longest sequence (number of learned positions).
     pub max_seq: usize,
     pub rms_eps: f64,
+    /// Pointer head: the ids of the candidate markers `C0, C1, …`; empty means no pointer head.
+    /// See [`TinyAgent`] ("Pointer head").
+    pub pointer_markers: Vec<u32>,
+    /// The token that closes the segment holding the candidates (the task observation's
+    /// `</obs>`); pointer logits apply from its position on.
+    pub pointer_segment_end: u32,
 }
 
 impl Default for TinyConfig {
@@ -60,6 +78,8 @@ impl Default for TinyConfig {
             mlp_ratio: 4,
             max_seq: 512,
             rms_eps: 1e-5,
+            pointer_markers: Vec::new(),
+            pointer_segment_end: 0,
         }
     }
 }
@@ -79,6 +99,21 @@ impl TinyConfig {
         anyhow::ensure!(self.mlp_ratio > 0, "tiny config: mlp_ratio must be > 0");
         anyhow::ensure!(self.max_seq > 0, "tiny config: max_seq must be > 0");
         anyhow::ensure!(self.rms_eps > 0.0, "tiny config: rms_eps must be > 0");
+        for &id in self
+            .pointer_markers
+            .iter()
+            .chain(std::iter::once(&self.pointer_segment_end))
+        {
+            anyhow::ensure!(
+                (id as usize) < self.vocab_size,
+                "tiny config: pointer token id {id} is outside the vocabulary ({})",
+                self.vocab_size
+            );
+        }
+        anyhow::ensure!(
+            !self.pointer_markers.contains(&self.pointer_segment_end),
+            "tiny config: pointer_segment_end must not also be a pointer marker"
+        );
         Ok(())
     }
 
@@ -174,6 +209,64 @@ pub struct KvCache {
     slot_valid: Vec<Vec<bool>>,
     /// Real tokens fed so far per row (= next position).
     positions: Vec<usize>,
+    /// The pointer head's candidate spans seen so far, per row.
+    pointer: Vec<PointerRow>,
+}
+
+/// Reads one row's tokens in order and collects the candidate spans `Ck … Ck` (the tokens
+/// between the two markers) before the segment end. The training forward and the incremental
+/// path both feed it token by token, so they always agree on the spans.
+#[derive(Debug, Clone, Default)]
+struct SpanScan {
+    open: Option<usize>,
+    /// Position of the segment-end token, once seen.
+    segment_end: Option<usize>,
+    /// Interior tokens of each candidate's span (the last span wins if a marker repeats).
+    spans: Vec<Vec<u32>>,
+}
+
+impl SpanScan {
+    fn new(cfg: &TinyConfig) -> Self {
+        Self {
+            open: None,
+            segment_end: None,
+            spans: vec![Vec::new(); cfg.pointer_markers.len()],
+        }
+    }
+
+    fn feed(&mut self, token: u32, position: usize, cfg: &TinyConfig) {
+        if self.segment_end.is_some() {
+            return;
+        }
+        if token == cfg.pointer_segment_end {
+            self.segment_end = Some(position);
+            self.open = None;
+            return;
+        }
+        let marker = cfg.pointer_markers.iter().position(|&m| m == token);
+        match (self.open, marker) {
+            (Some(k), Some(m)) if m == k => self.open = None,
+            (Some(k), _) => self.spans[k].push(token),
+            (None, Some(m)) => {
+                self.open = Some(m);
+                self.spans[m].clear();
+            }
+            (None, None) => {}
+        }
+    }
+
+    /// Whether pointer logits apply at `position`.
+    fn applies_at(&self, position: usize) -> bool {
+        self.segment_end.is_some_and(|end| position >= end)
+    }
+}
+
+/// One row's pointer state in the incremental path: the scan and, once the segment has ended,
+/// the encoded candidate spans `[K, d]` (zero rows for absent candidates).
+#[derive(Debug, Clone)]
+struct PointerRow {
+    scan: SpanScan,
+    encoded: Option<Tensor>,
 }
 
 impl KvCache {
@@ -183,6 +276,13 @@ impl KvCache {
             layers: vec![None; cfg.n_layers],
             slot_valid: vec![Vec::new(); rows],
             positions: vec![0; rows],
+            pointer: vec![
+                PointerRow {
+                    scan: SpanScan::new(cfg),
+                    encoded: None,
+                };
+                rows
+            ],
         }
     }
 
@@ -226,6 +326,7 @@ impl KvCache {
         }
         self.slot_valid = keep.iter().map(|&r| self.slot_valid[r].clone()).collect();
         self.positions = keep.iter().map(|&r| self.positions[r]).collect();
+        self.pointer = keep.iter().map(|&r| self.pointer[r].clone()).collect();
         Ok(())
     }
 }
@@ -241,6 +342,9 @@ pub struct TinyAgent {
     norm_final: Tensor,
     lm_head: Tensor,
     value_head: Linear,
+    /// Pointer head projections (query from the decision state, key from a candidate span);
+    /// present when `cfg.pointer_markers` is not empty.
+    pointer: Option<(Tensor, Tensor)>,
 }
 
 impl TinyAgent {
@@ -298,6 +402,10 @@ impl TinyAgent {
         add("lm_head.weight".into(), &[cfg.vocab_size, d], 0.1 * lin(d))?;
         add("value_head.weight".into(), &[1, d], lin(d))?;
         add("value_head.bias".into(), &[1], 0.0)?;
+        if !cfg.pointer_markers.is_empty() {
+            add("pointer.query.weight".into(), &[d, d], lin(d))?;
+            add("pointer.key.weight".into(), &[d, d], lin(d))?;
+        }
         Self::from_varmap(cfg, varmap, device)
     }
 
@@ -353,6 +461,11 @@ impl TinyAgent {
             norm_final: get("norm_final.weight")?,
             lm_head: get("lm_head.weight")?,
             value_head: Linear::new(get("value_head.weight")?, Some(get("value_head.bias")?)),
+            pointer: if cfg.pointer_markers.is_empty() {
+                None
+            } else {
+                Some((get("pointer.query.weight")?, get("pointer.key.weight")?))
+            },
             cfg,
             varmap,
             device: device.clone(),
@@ -388,15 +501,105 @@ impl TinyAgent {
         self.named_vars().iter().map(|(_, v)| v.elem_count()).sum()
     }
 
-    fn head(&self, x: &Tensor) -> candle_core::Result<PolicyOutput> {
+    /// Final norm, LM head and value head; also returns the final hidden states.
+    fn head(&self, x: &Tensor) -> candle_core::Result<(PolicyOutput, Tensor)> {
         let h = fused::rms_norm(x, &self.norm_final, self.cfg.rms_eps)?;
         let logits = dense(&h, &self.lm_head)?;
         let values = self.value_head.forward(&h)?.squeeze(D::Minus1)?;
-        Ok(PolicyOutput { logits, values })
+        Ok((PolicyOutput { logits, values }, h))
     }
 
-    /// Full forward over `ids [B, T]` u32 (positions `0..T`, causal attention).
-    pub fn forward(&self, ids: &Tensor) -> candle_core::Result<PolicyOutput> {
+    /// Encodes the candidate spans of each row on their own: every distinct span is run
+    /// through the blocks as a separate sequence (positions from 0) and its final hidden states
+    /// are averaged, so a candidate's key depends on its content only, never on where it sits
+    /// in the prompt or which candidates come before it. Returns `[rows, K, d]`, zero rows for
+    /// absent candidates.
+    fn encode_spans(&self, scans: &[SpanScan]) -> candle_core::Result<Tensor> {
+        let (k, d) = (self.cfg.pointer_markers.len(), self.cfg.d_model);
+        let mut distinct: Vec<&[u32]> = Vec::new();
+        let mut lookup: std::collections::HashMap<&[u32], u32> = Default::default();
+        let mut index = Vec::with_capacity(scans.len() * k);
+        for scan in scans {
+            for span in &scan.spans {
+                if span.is_empty() {
+                    index.push(u32::MAX);
+                    continue;
+                }
+                let next = distinct.len() as u32;
+                let i = *lookup.entry(span.as_slice()).or_insert_with(|| {
+                    distinct.push(span.as_slice());
+                    next
+                });
+                index.push(i);
+            }
+        }
+        let zero_row = distinct.len() as u32;
+        let index: Vec<u32> = index
+            .into_iter()
+            .map(|i| if i == u32::MAX { zero_row } else { i })
+            .collect();
+        let mut table = Tensor::zeros((1, d), candle_core::DType::F32, &self.device)?;
+        if !distinct.is_empty() {
+            let longest = distinct.iter().map(|s| s.len()).max().unwrap_or(1);
+            if longest > self.cfg.max_seq {
+                candle_core::bail!(
+                    "TinyAgent pointer head: a candidate span of {longest} tokens exceeds max_seq {}",
+                    self.cfg.max_seq
+                );
+            }
+            let n = distinct.len();
+            let mut ids = vec![0u32; n * longest];
+            let mut pool = vec![0f32; n * longest];
+            for (i, span) in distinct.iter().enumerate() {
+                ids[i * longest..i * longest + span.len()].copy_from_slice(span);
+                let weight = 1.0 / span.len() as f32;
+                pool[i * longest..i * longest + span.len()].fill(weight);
+            }
+            let ids = Tensor::from_vec(ids, (n, longest), &self.device)?;
+            let h = self.hidden(&ids)?;
+            let pool = Tensor::from_vec(pool, (n, 1, longest), &self.device)?;
+            let encoded = pool.matmul(&h)?.reshape((n, d))?;
+            table = Tensor::cat(&[&encoded, &table], 0)?;
+        }
+        let index = Tensor::from_vec(index, scans.len() * k, &self.device)?;
+        table.index_select(&index, 0)?.reshape((scans.len(), k, d))
+    }
+
+    /// Replaces the logits of marker tokens by pointer scores where `gate [B, T, V]` is 1:
+    /// `score_k(t) = (W_q h_t) · (W_k m_k) / sqrt(d)`, with `m_k [B, K, d]` candidate `k`'s
+    /// encoded span ([`TinyAgent::encode_spans`]).
+    fn apply_pointer(
+        &self,
+        logits: &Tensor,
+        h: &Tensor,
+        spans: &Tensor,
+        gate: Vec<f32>,
+    ) -> candle_core::Result<Tensor> {
+        let Some((w_query, w_key)) = &self.pointer else {
+            return Ok(logits.clone());
+        };
+        let (b, t, v) = logits.dims3()?;
+        let k = self.cfg.pointer_markers.len();
+        let d = self.cfg.d_model;
+        let query = dense(h, w_query)?;
+        let key = dense(spans, w_key)?;
+        let scores = (query.matmul(&key.transpose(1, 2)?.contiguous()?)? / (d as f64).sqrt())?;
+        let mut placement = vec![0f32; k * v];
+        for (i, &id) in self.cfg.pointer_markers.iter().enumerate() {
+            placement[i * v + id as usize] = 1.0;
+        }
+        let placement = Tensor::from_vec(placement, (k, v), &self.device)?;
+        let scattered = scores
+            .reshape((b * t, k))?
+            .matmul(&placement)?
+            .reshape((b, t, v))?;
+        let gate = Tensor::from_vec(gate, (b, t, v), &self.device)?;
+        let keep = gate.affine(-1.0, 1.0)?;
+        (logits * keep)? + (scattered * gate)?
+    }
+
+    /// The blocks over `ids [B, T]` (positions `0..T`, causal attention), before the final norm.
+    fn trunk(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
         let (b, t) = ids.dims2()?;
         if t > self.cfg.max_seq {
             candle_core::bail!(
@@ -413,7 +616,46 @@ impl TinyAgent {
         for block in &self.blocks {
             x = block.forward(&x, AttentionMask::Causal, None, &self.cfg)?;
         }
-        self.head(&x)
+        Ok(x)
+    }
+
+    /// Final hidden states (after the final norm) of `ids [B, T]`.
+    fn hidden(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
+        fused::rms_norm(&self.trunk(ids)?, &self.norm_final, self.cfg.rms_eps)
+    }
+
+    /// Full forward over `ids [B, T]` u32 (positions `0..T`, causal attention).
+    pub fn forward(&self, ids: &Tensor) -> candle_core::Result<PolicyOutput> {
+        let (b, t) = ids.dims2()?;
+        let x = self.trunk(ids)?;
+        let (mut out, h) = self.head(&x)?;
+        if self.pointer.is_some() {
+            let rows = ids.to_vec2::<u32>()?;
+            let v = self.cfg.vocab_size;
+            let mut gate = vec![0f32; b * t * v];
+            let mut scans = Vec::with_capacity(b);
+            for (row, tokens) in rows.iter().enumerate() {
+                let mut scan = SpanScan::new(&self.cfg);
+                for (position, &token) in tokens.iter().enumerate() {
+                    scan.feed(token, position, &self.cfg);
+                }
+                for (c, span) in scan.spans.iter().enumerate() {
+                    let column = self.cfg.pointer_markers[c] as usize;
+                    if span.is_empty() {
+                        continue;
+                    }
+                    for p in (0..t).filter(|&p| scan.applies_at(p)) {
+                        gate[(row * t + p) * v + column] = 1.0;
+                    }
+                }
+                scans.push(scan);
+            }
+            if gate.iter().any(|&g| g > 0.0) {
+                let spans = self.encode_spans(&scans)?;
+                out.logits = self.apply_pointer(&out.logits, &h, &spans, gate)?;
+            }
+        }
+        Ok(out)
     }
 
     /// Incremental forward for sampling: feeds `ids_new [B, n]` after what `cache` holds
@@ -501,7 +743,68 @@ impl TinyAgent {
                 &self.cfg,
             )?;
         }
-        self.head(&x)
+        let (mut out, h) = self.head(&x)?;
+        if self.pointer.is_some() {
+            out.logits = self.pointer_step(rows, cache, &out.logits, &h)?;
+        }
+        Ok(out)
+    }
+
+    /// The incremental path's pointer head: scans the new tokens, encodes the candidate spans
+    /// of rows whose segment has just ended (once per row), then scores the markers at the
+    /// positions where the pointer applies (`cache.positions` already counts the new tokens).
+    fn pointer_step(
+        &self,
+        rows: &[&[u32]],
+        cache: &mut KvCache,
+        logits: &Tensor,
+        h: &Tensor,
+    ) -> candle_core::Result<Tensor> {
+        let (b, n, v) = logits.dims3()?;
+        let (k, d) = (self.cfg.pointer_markers.len(), self.cfg.d_model);
+        let mut newly_ended = Vec::new();
+        for (row, tokens) in rows.iter().enumerate() {
+            let start = cache.positions[row] - tokens.len();
+            let state = &mut cache.pointer[row];
+            for (j, &token) in tokens.iter().enumerate() {
+                state.scan.feed(token, start + j, &self.cfg);
+            }
+            if state.encoded.is_none() && state.scan.segment_end.is_some() {
+                newly_ended.push(row);
+            }
+        }
+        if !newly_ended.is_empty() {
+            let scans: Vec<SpanScan> = newly_ended
+                .iter()
+                .map(|&row| cache.pointer[row].scan.clone())
+                .collect();
+            let encoded = self.encode_spans(&scans)?;
+            for (i, &row) in newly_ended.iter().enumerate() {
+                cache.pointer[row].encoded = Some(encoded.get(i)?);
+            }
+        }
+        let mut gate = vec![0f32; b * n * v];
+        let zeros = Tensor::zeros((k, d), candle_core::DType::F32, &self.device)?;
+        let mut spans = Vec::with_capacity(b);
+        for (row, tokens) in rows.iter().enumerate() {
+            let start = cache.positions[row] - tokens.len();
+            let state = &cache.pointer[row];
+            spans.push(state.encoded.clone().unwrap_or_else(|| zeros.clone()));
+            for (c, span) in state.scan.spans.iter().enumerate() {
+                if span.is_empty() {
+                    continue;
+                }
+                let column = self.cfg.pointer_markers[c] as usize;
+                for j in (0..tokens.len()).filter(|&j| state.scan.applies_at(start + j)) {
+                    gate[(row * n + j) * v + column] = 1.0;
+                }
+            }
+        }
+        if !gate.iter().any(|&g| g > 0.0) {
+            return Ok(logits.clone());
+        }
+        let spans = Tensor::stack(&spans, 0)?;
+        self.apply_pointer(logits, h, &spans, gate)
     }
 }
 
@@ -529,8 +832,22 @@ mod tests {
             mlp_ratio: 2,
             max_seq: 32,
             rms_eps: 1e-5,
+            pointer_markers: Vec::new(),
+            pointer_segment_end: 0,
         }
     }
+
+    /// `small()` with a pointer head over markers 13, 14, 15 and segment end 4.
+    fn small_pointer() -> TinyConfig {
+        TinyConfig {
+            pointer_markers: vec![13, 14, 15],
+            pointer_segment_end: 4,
+            ..small()
+        }
+    }
+
+    /// A prompt with spans `13 … 13` and `15 … 15` (no span for 14), then the segment end.
+    const POINTER_PROMPT: [u32; 12] = [1, 3, 13, 7, 8, 13, 15, 9, 10, 11, 15, 4];
 
     fn ids(rows: &[&[u32]]) -> Tensor {
         let t = rows[0].len();
@@ -555,38 +872,100 @@ mod tests {
 
     #[test]
     fn every_parameter_gets_a_finite_nonzero_gradient() {
-        let model = TinyAgent::new(small(), 3, &Device::Cpu).unwrap();
-        let input = ids(&[&[1, 2, 3, 4, 5, 6], &[7, 8, 9, 10, 11, 12]]);
-        let out = model.forward(&input).unwrap();
-        // A policy-gradient-like loss on the log-probs plus a value loss, so that every
-        // parameter (value head included) is upstream of the scalar.
-        let logp = candle_nn::ops::log_softmax(&out.logits, D::Minus1).unwrap();
-        let weights = Tensor::arange(0f32, 23.0, &Device::Cpu)
-            .unwrap()
-            .cos()
-            .unwrap();
-        let pg = logp.broadcast_mul(&weights).unwrap().mean_all().unwrap();
-        let value = out.values.sqr().unwrap().mean_all().unwrap();
-        let loss = (pg + value).unwrap();
-        let grads = loss.backward().unwrap();
-        for (name, var) in model.named_vars() {
-            let grad = grads
-                .get(var.as_tensor())
-                .unwrap_or_else(|| panic!("no gradient for {name}"));
-            let g: Vec<f32> = grad.flatten_all().unwrap().to_vec1().unwrap();
-            assert!(
-                g.iter().all(|x| x.is_finite()),
-                "{name}: non-finite gradient"
+        for cfg in [small(), small_pointer()] {
+            let model = TinyAgent::new(cfg.clone(), 3, &Device::Cpu).unwrap();
+            let mut first = POINTER_PROMPT.to_vec();
+            first.extend([5, 15, 6]);
+            let second: Vec<u32> = (1..=15).collect();
+            let input = ids(&[&first, &second]);
+            let out = model.forward(&input).unwrap();
+            // A policy-gradient-like loss on the log-probs plus a value loss, so that every
+            // parameter (value head included) is upstream of the scalar.
+            let logp = candle_nn::ops::log_softmax(&out.logits, D::Minus1).unwrap();
+            let weights = Tensor::arange(0f32, 23.0, &Device::Cpu)
+                .unwrap()
+                .cos()
+                .unwrap();
+            let pg = logp.broadcast_mul(&weights).unwrap().mean_all().unwrap();
+            let value = out.values.sqr().unwrap().mean_all().unwrap();
+            let loss = (pg + value).unwrap();
+            let grads = loss.backward().unwrap();
+            let names: Vec<String> = model.named_vars().into_iter().map(|(n, _)| n).collect();
+            assert_eq!(
+                names.iter().any(|n| n.starts_with("pointer.")),
+                !cfg.pointer_markers.is_empty()
             );
-            let norm: f32 = g.iter().map(|x| x * x).sum::<f32>().sqrt();
-            assert!(norm > 0.0, "{name}: zero gradient");
+            for (name, var) in model.named_vars() {
+                let grad = grads
+                    .get(var.as_tensor())
+                    .unwrap_or_else(|| panic!("no gradient for {name}"));
+                let g: Vec<f32> = grad.flatten_all().unwrap().to_vec1().unwrap();
+                assert!(
+                    g.iter().all(|x| x.is_finite()),
+                    "{name}: non-finite gradient"
+                );
+                let norm: f32 = g.iter().map(|x| x * x).sum::<f32>().sqrt();
+                assert!(norm > 0.0, "{name}: zero gradient");
+            }
         }
     }
 
     #[test]
+    fn pointer_scores_only_present_candidates_after_the_segment_end() {
+        let plain = TinyAgent::new(small(), 9, &Device::Cpu).unwrap();
+        let pointer = TinyAgent::new(small_pointer(), 9, &Device::Cpu).unwrap();
+        let mut seq = POINTER_PROMPT.to_vec();
+        seq.extend([5, 2, 6]);
+        let a = plain.forward(&ids(&[&seq])).unwrap().logits;
+        let b = pointer.forward(&ids(&[&seq])).unwrap().logits;
+        let end = POINTER_PROMPT.len() - 1;
+        for t in 0..seq.len() {
+            let x = a.i((0, t)).unwrap().to_vec1::<f32>().unwrap();
+            let y = b.i((0, t)).unwrap().to_vec1::<f32>().unwrap();
+            for token in 0..23 {
+                let scored = t >= end && (token == 13 || token == 15);
+                assert_eq!(x[token] != y[token], scored, "t={t} token={token}");
+            }
+        }
+    }
+
+    #[test]
+    fn encoded_spans_depend_on_content_not_on_order() {
+        let model = TinyAgent::new(small_pointer(), 5, &Device::Cpu).unwrap();
+        let scan = |tokens: &[u32]| {
+            let mut scan = SpanScan::new(model.config());
+            for (p, &t) in tokens.iter().enumerate() {
+                scan.feed(t, p, model.config());
+            }
+            scan
+        };
+        // The same two candidates in the other order (and with a different prefix).
+        let a = scan(&POINTER_PROMPT);
+        let b = scan(&[1, 3, 9, 15, 9, 10, 11, 15, 13, 7, 8, 13, 4]);
+        assert_eq!(a.spans, b.spans);
+        let swapped = scan(&[1, 13, 9, 10, 11, 13, 15, 7, 8, 15, 4]);
+        let encoded = model.encode_spans(&[a, swapped]).unwrap();
+        let row = |r: usize, c: usize| encoded.i((r, c)).unwrap().to_vec1::<f32>().unwrap();
+        assert_eq!(row(0, 0), row(1, 2));
+        assert_eq!(row(0, 2), row(1, 0));
+        assert_ne!(row(0, 0), row(0, 2));
+        assert!(
+            row(0, 1).iter().all(|&x| x == 0.0),
+            "absent candidate encodes to zeros"
+        );
+    }
+
+    #[test]
     fn ragged_incremental_forward_matches_full_forward() {
-        let model = TinyAgent::new(small(), 11, &Device::Cpu).unwrap();
-        let seq_a: Vec<u32> = vec![1, 2, 3, 4, 5, 6, 7, 8, 9];
+        for cfg in [small(), small_pointer()] {
+            ragged_incremental_matches_full(cfg);
+        }
+    }
+
+    fn ragged_incremental_matches_full(cfg: TinyConfig) {
+        let model = TinyAgent::new(cfg, 11, &Device::Cpu).unwrap();
+        // Row a: candidate spans, the segment end inside a chunk, then action-like tokens.
+        let seq_a: Vec<u32> = vec![1, 13, 7, 13, 14, 8, 4, 5, 14];
         let seq_b: Vec<u32> = vec![10, 11, 12, 13, 14, 15, 16];
         // Feed both rows in chunks of different sizes, including empty chunks.
         let chunks_a: [&[u32]; 4] = [&seq_a[0..3], &seq_a[3..4], &seq_a[4..4], &seq_a[4..9]];
