@@ -264,6 +264,13 @@ pub struct TrainConfig {
     pub run_name: Option<String>,
     /// Stop early once the periodic train-split eval reaches this hidden solve rate (0 = never).
     pub stop_at_solve_rate: f64,
+    /// The first N steps are format warm-up instead of RL: one supervised step each on
+    /// demonstrations of well-formed calls with a random tool and a random candidate (so they
+    /// teach the call syntax, never which edit is right). Counted in `steps`.
+    pub format_warmup_steps: usize,
+    /// Learning rate of the format warm-up steps (constant; `optim.lr` and its schedule take
+    /// over for RL).
+    pub format_warmup_lr: f64,
 }
 
 impl Default for TrainConfig {
@@ -278,6 +285,8 @@ impl Default for TrainConfig {
             runs_root: "runs".into(),
             run_name: None,
             stop_at_solve_rate: 0.0,
+            format_warmup_steps: 0,
+            format_warmup_lr: 1e-2,
         }
     }
 }
@@ -757,6 +766,19 @@ impl Config {
         if self.train.steps == 0 {
             errors.push("train.steps must be >= 1".into());
         }
+        if self.train.format_warmup_steps > 0 && self.train.format_warmup_steps >= self.train.steps
+        {
+            errors.push(format!(
+                "train.format_warmup_steps = {} leaves no RL steps of train.steps = {}",
+                self.train.format_warmup_steps, self.train.steps
+            ));
+        }
+        if !(self.train.format_warmup_lr > 0.0 && self.train.format_warmup_lr.is_finite()) {
+            errors.push(format!(
+                "train.format_warmup_lr must be > 0, got {}",
+                self.train.format_warmup_lr
+            ));
+        }
         Validation { errors, warnings }
     }
 
@@ -896,6 +918,7 @@ mod tests {
             ),
             (&["algorithm.name=rloo", "rollout.group_size=1"], "rloo"),
             (&["model.d_model=30", "model.heads=4"], "multiple"),
+            (&["train.format_warmup_steps=60"], "no RL steps"),
             (&["sampling.top_p=0"], "top_p"),
         ];
         for (sets, needle) in cases {

@@ -10,9 +10,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use agentrl_chat::tiny::TinyCodec;
+use agentrl_chat::tiny::{TinyCodec, MAX_CANDIDATES, TOOL_NAMES};
 use agentrl_gym::sandbox::Executor;
-use agentrl_gym::{BugFixEnv, EnvConfig, OutcomeCache, RewardFn, Split, TaskSet};
+use agentrl_gym::{
+    Action, BugFixEnv, EnvConfig, Observation, OutcomeCache, Reward, RewardFn, Split, TaskSet,
+    ToolCall,
+};
 use agentrl_model::{TinyAgent, TinyConfig};
 use agentrl_rl::{dynamic_sampling_filter, soft_overlong_penalties, KlController};
 use anyhow::{bail, Context};
@@ -28,10 +31,10 @@ use super::optim::{AdamW, AdamWParams};
 use super::run_dir::{write_atomic_with, RunDir, TrainState};
 use super::schedule::learning_rate;
 use super::shuffle::ShuffledCandidates;
-use super::update::{update, RolloutTensors, UpdateMetrics, UpdateSetup};
+use super::update::{supervised_update, update, RolloutTensors, UpdateMetrics, UpdateSetup};
 use crate::batch::Batch;
 use crate::engine::SamplingConfig;
-use crate::episode::{run_groups, Episode};
+use crate::episode::{run_groups, Episode, TokenSource};
 use crate::eval::{summarize, EpisodeOutcome, EvalReport};
 
 /// Purposes of the derived random streams (any distinct constants).
@@ -39,6 +42,7 @@ const STREAM_TASKS: u64 = 0x7461_736b;
 const STREAM_ROLLOUT: u64 = 0x726f_6c6c;
 const STREAM_SHUFFLE: u64 = 0x7368_7566;
 const STREAM_EVAL: u64 = 0x6576_616c;
+const STREAM_WARMUP: u64 = 0x7761_726d;
 
 /// Extra sampling rounds DAPO's dynamic sampling may take to refill a batch.
 const DYNAMIC_SAMPLING_ROUNDS: usize = 3;
@@ -80,6 +84,10 @@ pub struct StepRecord {
     pub time_rollout_s: f64,
     pub time_update_s: f64,
     pub time_step_s: f64,
+    /// Loss of a format warm-up step (`train.format_warmup_steps`); such steps sample no
+    /// episodes, so their rollout figures are 0.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub format_warmup_loss: Option<f64>,
     /// Periodic evaluation on the train split, when it ran at this step.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub eval: Option<EvalReport>,
@@ -321,6 +329,9 @@ impl Trainer {
 
     /// One training step; returns its metrics record (also appended to `metrics.jsonl`).
     pub fn step(&mut self) -> anyhow::Result<StepRecord> {
+        if self.state.step < self.config.train.format_warmup_steps {
+            return self.format_warmup_step();
+        }
         let started = Instant::now();
         let step = self.state.step;
         let seed = self.config.train.seed;
@@ -468,9 +479,122 @@ impl Trainer {
             time_rollout_s,
             time_update_s,
             time_step_s,
+            format_warmup_loss: None,
             eval: None,
         };
         Ok(record)
+    }
+
+    /// Demonstrations for a format warm-up step: for each task of the step, `group_size`
+    /// episodes of the task prompt followed by one well-formed call with a uniformly random
+    /// tool (and, for `edit`, a random candidate the task lists).
+    fn format_demonstrations(&self, step: usize) -> anyhow::Result<Vec<Episode>> {
+        let mut rng = stream(self.config.train.seed, step as u64, STREAM_WARMUP);
+        let mut episodes = Vec::new();
+        for (group, task_id) in self.tasks_for_step(step).iter().enumerate() {
+            let task = self.tasks.get(task_id)?;
+            let prompt = self.codec.prompt_ids(&Observation::Task {
+                task_id: task.id.clone(),
+                prompt: task.prompt.clone(),
+                files: task.visible.keys().cloned().collect(),
+                candidates: task.candidate_edits(),
+            });
+            let listed = task.candidates.len().min(MAX_CANDIDATES);
+            for _ in 0..self.config.rollout.group_size {
+                let name = TOOL_NAMES[rng.random_range(0..TOOL_NAMES.len())];
+                let arguments = if name == "edit" && listed > 0 {
+                    serde_json::json!({ "candidate": rng.random_range(0..listed) })
+                } else {
+                    serde_json::json!({})
+                };
+                let call = ToolCall {
+                    name: name.to_string(),
+                    arguments,
+                };
+                let action = self
+                    .codec
+                    .encode_call(&call)
+                    .with_context(|| format!("format warm-up: cannot encode {call:?}"))?;
+                let mut tokens = prompt.clone();
+                tokens.extend(&action);
+                let mut sources = vec![TokenSource::Prompt; prompt.len()];
+                sources.extend(std::iter::repeat_n(TokenSource::Action, action.len()));
+                let mut turn_ids = vec![0; prompt.len()];
+                turn_ids.extend(std::iter::repeat_n(1, action.len()));
+                episodes.push(Episode {
+                    task_id: task.id.clone(),
+                    group_id: group as u32,
+                    logprobs: vec![0.0; tokens.len()],
+                    tokens,
+                    sources,
+                    turn_ids,
+                    actions: vec![Action::Call(call)],
+                    reward: Reward::default(),
+                    turns: 1,
+                    format_errors: 0,
+                    truncated: false,
+                });
+            }
+        }
+        Ok(episodes)
+    }
+
+    /// A format warm-up step (see `train.format_warmup_steps`).
+    fn format_warmup_step(&mut self) -> anyhow::Result<StepRecord> {
+        let started = Instant::now();
+        let step = self.state.step;
+        let lr = self.config.train.format_warmup_lr;
+        let episodes = self.format_demonstrations(step)?;
+        let batch = Batch::from_episodes(&episodes, self.codec.vocab().pad_id(), &self.device)?;
+        let setup = UpdateSetup {
+            model: &self.model,
+            reference: None,
+            knobs: &self.knobs,
+            kl_coef: 0.0,
+            temperature: 1.0,
+            lr,
+            grad_clip: self.config.optim.grad_clip,
+            max_len: self.action_budget() as f64,
+            logit_bias: self.logit_bias.as_ref(),
+        };
+        let loss = supervised_update(
+            &setup,
+            &mut self.optimizer,
+            &self.vars,
+            &batch.input_ids,
+            &batch.targets,
+            &batch.loss_mask,
+        )?;
+        self.state.step += 1;
+        self.state.optimizer_steps = self.optimizer.steps_taken();
+        let time_step_s = started.elapsed().as_secs_f64();
+        self.state.train_seconds += time_step_s;
+        Ok(StepRecord {
+            step: self.state.step,
+            lr,
+            episodes: 0,
+            reward: 0.0,
+            hidden_solve_rate: 0.0,
+            public_solve_rate: 0.0,
+            hacking_rate: 0.0,
+            format_error_rate: 0.0,
+            episode_tokens: 0.0,
+            action_tokens: 0.0,
+            turns: 0.0,
+            truncated_rate: 0.0,
+            groups_dropped: 0,
+            kl_coef: self.kl.value(),
+            update: UpdateMetrics {
+                loss,
+                optimizer_steps: 1,
+                ..UpdateMetrics::default()
+            },
+            time_rollout_s: 0.0,
+            time_update_s: time_step_s,
+            time_step_s,
+            format_warmup_loss: Some(loss),
+            eval: None,
+        })
     }
 
     /// Appends a record to `metrics.jsonl`.

@@ -353,6 +353,30 @@ pub fn update(
     Ok(metrics)
 }
 
+/// One supervised step: mean negative log-likelihood of the masked tokens (the action tokens
+/// of demonstrations), backward, gradient clipping and one optimizer step. Returns the loss.
+pub fn supervised_update(
+    setup: &UpdateSetup,
+    optimizer: &mut AdamW,
+    vars: &[Var],
+    ids: &Tensor,
+    targets: &Tensor,
+    mask: &Tensor,
+) -> anyhow::Result<f64> {
+    let (logp, _, _) = score(setup.model, ids, targets, 1.0, setup.logit_bias)?;
+    let tokens = mask.sum_all()?;
+    let loss = (logp.mul(mask)?.sum_all()?.neg()? / tokens.to_scalar::<f32>()?.max(1.0) as f64)?;
+    let loss_value = scalar(&loss)?;
+    anyhow::ensure!(
+        loss_value.is_finite(),
+        "supervised update: the loss is {loss_value}"
+    );
+    let mut grads = loss.backward().context("backward pass")?;
+    clip_grad_norm(&mut grads, vars, setup.grad_clip)?;
+    optimizer.step(&grads, setup.lr)?;
+    Ok(loss_value)
+}
+
 #[derive(Default)]
 struct Sums {
     steps: usize,
