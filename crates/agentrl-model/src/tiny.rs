@@ -162,8 +162,15 @@ impl Block {
     ) -> candle_core::Result<Tensor> {
         let (b, t, d) = x.dims3()?;
         let (h, dh) = (cfg.n_heads, cfg.head_dim());
+        let scale = 1.0 / (dh as f64).sqrt();
         let normed = fused::rms_norm(x, &self.norm_attn, cfg.rms_eps)?;
-        let qkv = dense(&normed, &self.qkv)?
+        let projected = dense(&normed, &self.qkv)?;
+        if let (AttentionMask::Causal, None) = (&mask, &cache) {
+            // The training forward: one fused op, straight from the projection.
+            let ctx = fused::causal_attention(&projected, h, scale)?;
+            return self.finish(x, &ctx, cfg);
+        }
+        let qkv = projected
             .reshape((b, t, 3, h, dh))?
             .permute((2, 0, 3, 1, 4))?;
         let q = qkv.get(0)?.contiguous()?;
@@ -176,7 +183,6 @@ impl Block {
             }
             *slot = Some((k.clone(), v.clone()));
         }
-        let scale = 1.0 / (dh as f64).sqrt();
         let scores = q.matmul(&k.t()?)?;
         let probs = match mask {
             AttentionMask::Causal => fused::causal_softmax(&scores, scale)?,
@@ -189,7 +195,12 @@ impl Block {
             .transpose(1, 2)?
             .contiguous()?
             .reshape((b, t, d))?;
-        let x = (x + dense(&ctx, &self.attn_out)?)?;
+        self.finish(x, &ctx, cfg)
+    }
+
+    /// The rest of the block after attention: output projection, residual, MLP, residual.
+    fn finish(&self, x: &Tensor, ctx: &Tensor, cfg: &TinyConfig) -> candle_core::Result<Tensor> {
+        let x = (x + dense(ctx, &self.attn_out)?)?;
         let normed = fused::rms_norm(&x, &self.norm_mlp, cfg.rms_eps)?;
         let hidden = fused::gelu(&dense(&normed, &self.mlp_up)?)?;
         x + dense(&hidden, &self.mlp_down)?
