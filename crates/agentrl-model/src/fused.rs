@@ -835,9 +835,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn causal_softmax_matches_masked_softmax() {
-        let t = 7;
+    /// Additive `[T, T]` mask: 0 where key `j <= i`, −∞ above the diagonal.
+    fn causal_mask(t: usize) -> Tensor {
         let mask: Vec<f32> = (0..t * t)
             .map(|k| {
                 if k % t <= k / t {
@@ -847,7 +846,13 @@ mod tests {
                 }
             })
             .collect();
-        let mask = Tensor::from_vec(mask, (t, t), &Device::Cpu).unwrap();
+        Tensor::from_vec(mask, (t, t), &Device::Cpu).unwrap()
+    }
+
+    #[test]
+    fn causal_softmax_matches_masked_softmax() {
+        let t = 7;
+        let mask = causal_mask(t);
         check(
             &[randn(&[2, 3, t, t], 1)],
             |x| causal_softmax(&x[0], 0.5).unwrap(),
@@ -862,16 +867,7 @@ mod tests {
     fn causal_attention_matches_the_composed_ops() {
         let (b, t, heads, dh) = (2, 6, 3, 4);
         let d = heads * dh;
-        let mask: Vec<f32> = (0..t * t)
-            .map(|k| {
-                if k % t <= k / t {
-                    0.0
-                } else {
-                    f32::NEG_INFINITY
-                }
-            })
-            .collect();
-        let mask = Tensor::from_vec(mask, (t, t), &Device::Cpu).unwrap();
+        let mask = causal_mask(t);
         check(
             &[randn(&[b, t, 3 * d], 3)],
             |x| causal_attention(&x[0], heads, 0.5).unwrap(),
