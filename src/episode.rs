@@ -563,9 +563,7 @@ pub(crate) mod tests {
             rms_eps: 1e-5,
             // The pointer head is on, as in the default run, so the engine/trainer agreement
             // tests built on these rollouts cover it.
-            pointer_markers: (0..agentrl_chat::tiny::MAX_CANDIDATES)
-                .filter_map(|k| codec.vocab().id(&agentrl_chat::tiny::candidate_word(k)))
-                .collect(),
+            pointer_markers: codec.vocab().candidate_ids(),
             pointer_segment_end: codec.vocab().obs_end_id(),
         };
         TinyAgent::new(cfg, seed, &Device::Cpu).unwrap()

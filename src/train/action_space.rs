@@ -18,7 +18,7 @@
 //! after `w`. The engine adds row `last fed word` to the step logits; the trainer adds
 //! `table[ids]` (an embedding lookup) to the logits of every position.
 
-use agentrl_chat::tiny::{TinyCodec, CALL_END, CALL_START, MAX_CANDIDATES, TOOL_NAMES};
+use agentrl_chat::tiny::{TinyCodec, CALL_END, CALL_START, TOOL_NAMES};
 use agentrl_model::TinyAgent;
 use candle_core::{Device, Tensor};
 use serde::{Deserialize, Serialize};
@@ -58,9 +58,7 @@ impl ActionSpace {
                 .map(|i| i as usize)
                 .ok_or_else(|| anyhow::anyhow!("the tiny vocabulary has no action word {word:?}"))
         };
-        let candidates: Vec<usize> = (0..MAX_CANDIDATES)
-            .map(|k| id(&format!("C{k}")))
-            .collect::<anyhow::Result<_>>()?;
+        let candidates: Vec<usize> = v.candidate_ids().into_iter().map(|i| i as usize).collect();
         let tools: Vec<usize> = TOOL_NAMES
             .iter()
             .map(|t| id(t))

@@ -13,8 +13,7 @@ use std::time::Instant;
 use agentrl_chat::tiny::{TinyCodec, MAX_CANDIDATES, TOOL_NAMES};
 use agentrl_gym::sandbox::Executor;
 use agentrl_gym::{
-    Action, BugFixEnv, EnvConfig, Observation, OutcomeCache, Reward, RewardFn, Split, TaskSet,
-    ToolCall,
+    Action, BugFixEnv, EnvConfig, OutcomeCache, Reward, RewardFn, Split, TaskSet, ToolCall,
 };
 use agentrl_model::{TinyAgent, TinyConfig};
 use agentrl_rl::{dynamic_sampling_filter, soft_overlong_penalties, KlController};
@@ -59,7 +58,7 @@ pub fn stream(seed: u64, step: u64, purpose: u64) -> ChaCha8Rng {
 }
 
 /// One line of `metrics.jsonl`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StepRecord {
     /// Steps completed after this one (1-based).
     pub step: usize,
@@ -493,12 +492,7 @@ impl Trainer {
         let mut episodes = Vec::new();
         for (group, task_id) in self.tasks_for_step(step).iter().enumerate() {
             let task = self.tasks.get(task_id)?;
-            let prompt = self.codec.prompt_ids(&Observation::Task {
-                task_id: task.id.clone(),
-                prompt: task.prompt.clone(),
-                files: task.visible.keys().cloned().collect(),
-                candidates: task.candidate_edits(),
-            });
+            let prompt = self.codec.prompt_ids(&task.observation());
             let listed = task.candidates.len().min(MAX_CANDIDATES);
             for _ in 0..self.config.rollout.group_size {
                 let name = TOOL_NAMES[rng.random_range(0..TOOL_NAMES.len())];
@@ -546,54 +540,33 @@ impl Trainer {
         let lr = self.config.train.format_warmup_lr;
         let episodes = self.format_demonstrations(step)?;
         let batch = Batch::from_episodes(&episodes, self.codec.vocab().pad_id(), &self.device)?;
-        let setup = UpdateSetup {
-            model: &self.model,
-            reference: None,
-            knobs: &self.knobs,
-            kl_coef: 0.0,
-            temperature: 1.0,
-            lr,
-            grad_clip: self.config.optim.grad_clip,
-            max_len: self.action_budget() as f64,
-            logit_bias: self.logit_bias.as_ref(),
-        };
         let loss = supervised_update(
-            &setup,
+            &self.model,
+            self.logit_bias.as_ref(),
             &mut self.optimizer,
             &self.vars,
-            &batch.input_ids,
-            &batch.targets,
-            &batch.loss_mask,
+            &batch,
+            lr,
+            self.config.optim.grad_clip,
         )?;
         self.state.step += 1;
         self.state.optimizer_steps = self.optimizer.steps_taken();
         let time_step_s = started.elapsed().as_secs_f64();
         self.state.train_seconds += time_step_s;
+        // A warm-up step samples no episodes: its rollout figures stay 0.
         Ok(StepRecord {
             step: self.state.step,
             lr,
-            episodes: 0,
-            reward: 0.0,
-            hidden_solve_rate: 0.0,
-            public_solve_rate: 0.0,
-            hacking_rate: 0.0,
-            format_error_rate: 0.0,
-            episode_tokens: 0.0,
-            action_tokens: 0.0,
-            turns: 0.0,
-            truncated_rate: 0.0,
-            groups_dropped: 0,
             kl_coef: self.kl.value(),
             update: UpdateMetrics {
                 loss,
                 optimizer_steps: 1,
                 ..UpdateMetrics::default()
             },
-            time_rollout_s: 0.0,
             time_update_s: time_step_s,
             time_step_s,
             format_warmup_loss: Some(loss),
-            eval: None,
+            ..StepRecord::default()
         })
     }
 
@@ -711,9 +684,7 @@ pub fn tiny_config(config: &Config, codec: &TinyCodec) -> TinyConfig {
         mlp_ratio: config.model.mlp_ratio,
         max_seq: config.model.max_seq,
         pointer_markers: if config.model.pointer_head {
-            (0..agentrl_chat::tiny::MAX_CANDIDATES)
-                .filter_map(|k| codec.vocab().id(&agentrl_chat::tiny::candidate_word(k)))
-                .collect()
+            codec.vocab().candidate_ids()
         } else {
             Vec::new()
         },

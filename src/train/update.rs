@@ -9,9 +9,9 @@
 
 use agentrl_model::TinyAgent;
 use agentrl_rl::{
-    apply_kl_to_rewards, compute_advantages, compute_policy_loss, entropy_bonus_loss,
+    aggregate, apply_kl_to_rewards, compute_advantages, compute_policy_loss, entropy_bonus_loss,
     entropy_from_logits, kl_loss, masked_mean_value, token_log_probs, value_loss, AdvantageInputs,
-    AggScale, PolicyLossInputs,
+    AggMode, AggScale, PolicyLossInputs,
 };
 use anyhow::Context;
 use candle_core::{DType, Device, Tensor, Var, D};
@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::config::{KlPlacement, ResolvedAlgorithm};
 use super::optim::{clip_grad_norm, AdamW};
+use crate::batch::Batch;
 
 /// The training tensors of one rollout batch, aligned for next-token prediction: position `t`
 /// of `ids` predicts `targets[t]`; `mask[t] = 1` where `targets[t]` is a sampled action token.
@@ -353,27 +354,33 @@ pub fn update(
     Ok(metrics)
 }
 
-/// One supervised step: mean negative log-likelihood of the masked tokens (the action tokens
-/// of demonstrations), backward, gradient clipping and one optimizer step. Returns the loss.
+/// One supervised step: negative log-likelihood of the masked tokens (the action tokens of
+/// demonstrations), `token-mean` aggregated, then backward, gradient clipping and one
+/// optimizer step at `lr`. Returns the loss.
 pub fn supervised_update(
-    setup: &UpdateSetup,
+    model: &TinyAgent,
+    logit_bias: Option<&Tensor>,
     optimizer: &mut AdamW,
     vars: &[Var],
-    ids: &Tensor,
-    targets: &Tensor,
-    mask: &Tensor,
+    batch: &Batch,
+    lr: f64,
+    grad_clip: f64,
 ) -> anyhow::Result<f64> {
-    let (logp, _, _) = score(setup.model, ids, targets, 1.0, setup.logit_bias)?;
-    let tokens = mask.sum_all()?;
-    let loss = (logp.mul(mask)?.sum_all()?.neg()? / tokens.to_scalar::<f32>()?.max(1.0) as f64)?;
+    let (logp, _, _) = score(model, &batch.input_ids, &batch.targets, 1.0, logit_bias)?;
+    let loss = aggregate(
+        &logp.neg()?,
+        &batch.loss_mask,
+        AggMode::TokenMean,
+        &AggScale::default(),
+    )?;
     let loss_value = scalar(&loss)?;
     anyhow::ensure!(
         loss_value.is_finite(),
         "supervised update: the loss is {loss_value}"
     );
     let mut grads = loss.backward().context("backward pass")?;
-    clip_grad_norm(&mut grads, vars, setup.grad_clip)?;
-    optimizer.step(&grads, setup.lr)?;
+    clip_grad_norm(&mut grads, vars, grad_clip)?;
+    optimizer.step(&grads, lr)?;
     Ok(loss_value)
 }
 

@@ -99,8 +99,15 @@ impl TinyVocab {
     }
 
     fn special(&self, word: &str) -> u32 {
-        // Special tokens are always inserted first by `new`.
+        // Special tokens and candidate words are always inserted by `new`.
         self.index[word]
+    }
+
+    /// Ids of the candidate arguments `C0, C1, …` (always in the vocabulary: `new` adds them).
+    pub fn candidate_ids(&self) -> Vec<u32> {
+        (0..MAX_CANDIDATES)
+            .map(|k| self.special(&candidate_word(k)))
+            .collect()
     }
 
     pub fn pad_id(&self) -> u32 {

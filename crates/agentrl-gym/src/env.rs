@@ -605,12 +605,7 @@ impl Env for BugFixEnv {
             std::fs::write(workspace.path().join(name), content)
                 .map_err(io(format!("writing {name}")))?;
         }
-        let observation = Observation::Task {
-            task_id: task.id.clone(),
-            prompt: task.prompt.clone(),
-            files: task.visible.keys().cloned().collect(),
-            candidates: task.candidate_edits(),
-        };
+        let observation = task.observation();
         self.episode = Some(Episode {
             task,
             workspace,

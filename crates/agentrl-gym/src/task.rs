@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::types::CandidateEdit;
+use crate::types::{CandidateEdit, Observation};
 
 /// The public test file every task has; the agent can read and run it.
 pub const PUBLIC_TEST_FILE: &str = "test_public.py";
@@ -154,6 +154,16 @@ impl Task {
                 new: c.new.clone(),
             })
             .collect()
+    }
+
+    /// The first observation of an episode on this task.
+    pub fn observation(&self) -> Observation {
+        Observation::Task {
+            task_id: self.id.clone(),
+            prompt: self.prompt.clone(),
+            files: self.visible.keys().cloned().collect(),
+            candidates: self.candidate_edits(),
+        }
     }
 
     /// Index of the reference fix among the candidates, if the task lists it.

@@ -240,9 +240,9 @@ impl AttentionShape {
         (b * self.t + i) * 3 * self.d + part * self.d + h * self.dh
     }
 
-    #[inline(always)]
     /// Part `part` (1 = K, 2 = V) of head `(b, h)` transposed to `[Dh, T]`, so that loops over
     /// key positions run over contiguous memory.
+    #[inline(always)]
     fn transposed(&self, qkv: &[f32], b: usize, h: usize, part: usize) -> Vec<f32> {
         let mut out = vec![0f32; self.dh * self.t];
         for j in 0..self.t {
@@ -254,9 +254,9 @@ impl AttentionShape {
         out
     }
 
-    #[inline(always)]
     /// The normalised attention probabilities of query `q` at position `i` into `p[..=i]`,
     /// given the head's keys transposed (`kt [Dh, T]`).
+    #[inline(always)]
     fn probabilities(&self, q: &[f32], kt: &[f32], i: usize, scale: f32, p: &mut [f32]) {
         let p = &mut p[..=i];
         p.fill(0.0);

@@ -527,28 +527,21 @@ impl TinyAgent {
     /// absent candidates.
     fn encode_spans(&self, scans: &[SpanScan]) -> candle_core::Result<Tensor> {
         let (k, d) = (self.cfg.pointer_markers.len(), self.cfg.d_model);
+        // Row 0 of the table is the zero encoding of absent candidates; distinct spans follow.
         let mut distinct: Vec<&[u32]> = Vec::new();
         let mut lookup: std::collections::HashMap<&[u32], u32> = Default::default();
         let mut index = Vec::with_capacity(scans.len() * k);
-        for scan in scans {
-            for span in &scan.spans {
-                if span.is_empty() {
-                    index.push(u32::MAX);
-                    continue;
-                }
-                let next = distinct.len() as u32;
-                let i = *lookup.entry(span.as_slice()).or_insert_with(|| {
-                    distinct.push(span.as_slice());
-                    next
-                });
-                index.push(i);
+        for span in scans.iter().flat_map(|scan| &scan.spans) {
+            if span.is_empty() {
+                index.push(0);
+                continue;
             }
+            let next = distinct.len() as u32 + 1;
+            index.push(*lookup.entry(span.as_slice()).or_insert_with(|| {
+                distinct.push(span.as_slice());
+                next
+            }));
         }
-        let zero_row = distinct.len() as u32;
-        let index: Vec<u32> = index
-            .into_iter()
-            .map(|i| if i == u32::MAX { zero_row } else { i })
-            .collect();
         let mut table = Tensor::zeros((1, d), candle_core::DType::F32, &self.device)?;
         if !distinct.is_empty() {
             let longest = distinct.iter().map(|s| s.len()).max().unwrap_or(1);
@@ -570,10 +563,44 @@ impl TinyAgent {
             let h = self.hidden(&ids)?;
             let pool = Tensor::from_vec(pool, (n, 1, longest), &self.device)?;
             let encoded = pool.matmul(&h)?.reshape((n, d))?;
-            table = Tensor::cat(&[&encoded, &table], 0)?;
+            table = Tensor::cat(&[&table, &encoded], 0)?;
         }
         let index = Tensor::from_vec(index, scans.len() * k, &self.device)?;
         table.index_select(&index, 0)?.reshape((scans.len(), k, d))
+    }
+
+    /// Where pointer scores replace logits: `gate [B, T, V]` is 1 at position `j` of row `r`
+    /// (`rows[r] = (scan, start, len)`: the row's scan, the position of its first token here,
+    /// and how many of the `t` slots are real) when the pointer applies there, in the marker
+    /// columns of the candidates the row lists. `None` when it is 0 everywhere.
+    fn pointer_gate(
+        &self,
+        rows: &[(&SpanScan, usize, usize)],
+        t: usize,
+    ) -> candle_core::Result<Option<Tensor>> {
+        let v = self.cfg.vocab_size;
+        let mut applies = vec![0f32; rows.len() * t];
+        let mut listed = vec![0f32; rows.len() * v];
+        let mut any = false;
+        for (row, &(scan, start, len)) in rows.iter().enumerate() {
+            let mut lists_one = false;
+            for (span, &marker) in scan.spans.iter().zip(&self.cfg.pointer_markers) {
+                if !span.is_empty() {
+                    listed[row * v + marker as usize] = 1.0;
+                    lists_one = true;
+                }
+            }
+            for j in (0..len).filter(|&j| scan.applies_at(start + j)) {
+                applies[row * t + j] = 1.0;
+                any |= lists_one;
+            }
+        }
+        if !any {
+            return Ok(None);
+        }
+        let applies = Tensor::from_vec(applies, (rows.len(), t, 1), &self.device)?;
+        let listed = Tensor::from_vec(listed, (rows.len(), 1, v), &self.device)?;
+        Ok(Some(applies.broadcast_mul(&listed)?))
     }
 
     /// Replaces the logits of marker tokens by pointer scores where `gate [B, T, V]` is 1:
@@ -584,7 +611,7 @@ impl TinyAgent {
         logits: &Tensor,
         h: &Tensor,
         spans: &Tensor,
-        gate: Vec<f32>,
+        gate: &Tensor,
     ) -> candle_core::Result<Tensor> {
         let Some((w_query, w_key)) = &self.pointer else {
             return Ok(logits.clone());
@@ -604,7 +631,6 @@ impl TinyAgent {
             .reshape((b * t, k))?
             .matmul(&placement)?
             .reshape((b, t, v))?;
-        let gate = Tensor::from_vec(gate, (b, t, v), &self.device)?;
         let keep = gate.affine(-1.0, 1.0)?;
         (logits * keep)? + (scattered * gate)?
     }
@@ -637,33 +663,25 @@ impl TinyAgent {
 
     /// Full forward over `ids [B, T]` u32 (positions `0..T`, causal attention).
     pub fn forward(&self, ids: &Tensor) -> candle_core::Result<PolicyOutput> {
-        let (b, t) = ids.dims2()?;
+        let t = ids.dim(1)?;
         let x = self.trunk(ids)?;
         let (mut out, h) = self.head(&x)?;
         if self.pointer.is_some() {
-            let rows = ids.to_vec2::<u32>()?;
-            let v = self.cfg.vocab_size;
-            let mut gate = vec![0f32; b * t * v];
-            let mut scans = Vec::with_capacity(b);
-            for (row, tokens) in rows.iter().enumerate() {
-                let mut scan = SpanScan::new(&self.cfg);
-                for (position, &token) in tokens.iter().enumerate() {
-                    scan.feed(token, position, &self.cfg);
-                }
-                for (c, span) in scan.spans.iter().enumerate() {
-                    let column = self.cfg.pointer_markers[c] as usize;
-                    if span.is_empty() {
-                        continue;
+            let scans: Vec<SpanScan> = ids
+                .to_vec2::<u32>()?
+                .iter()
+                .map(|tokens| {
+                    let mut scan = SpanScan::new(&self.cfg);
+                    for (position, &token) in tokens.iter().enumerate() {
+                        scan.feed(token, position, &self.cfg);
                     }
-                    for p in (0..t).filter(|&p| scan.applies_at(p)) {
-                        gate[(row * t + p) * v + column] = 1.0;
-                    }
-                }
-                scans.push(scan);
-            }
-            if gate.iter().any(|&g| g > 0.0) {
+                    scan
+                })
+                .collect();
+            let rows: Vec<_> = scans.iter().map(|scan| (scan, 0, t)).collect();
+            if let Some(gate) = self.pointer_gate(&rows, t)? {
                 let spans = self.encode_spans(&scans)?;
-                out.logits = self.apply_pointer(&out.logits, &h, &spans, gate)?;
+                out.logits = self.apply_pointer(&out.logits, &h, &spans, &gate)?;
             }
         }
         Ok(out)
@@ -771,7 +789,7 @@ impl TinyAgent {
         logits: &Tensor,
         h: &Tensor,
     ) -> candle_core::Result<Tensor> {
-        let (b, n, v) = logits.dims3()?;
+        let n = logits.dim(1)?;
         let (k, d) = (self.cfg.pointer_markers.len(), self.cfg.d_model);
         let mut newly_ended = Vec::new();
         for (row, tokens) in rows.iter().enumerate() {
@@ -794,28 +812,24 @@ impl TinyAgent {
                 cache.pointer[row].encoded = Some(encoded.get(i)?);
             }
         }
-        let mut gate = vec![0f32; b * n * v];
-        let zeros = Tensor::zeros((k, d), candle_core::DType::F32, &self.device)?;
-        let mut spans = Vec::with_capacity(b);
-        for (row, tokens) in rows.iter().enumerate() {
-            let start = cache.positions[row] - tokens.len();
-            let state = &cache.pointer[row];
-            spans.push(state.encoded.clone().unwrap_or_else(|| zeros.clone()));
-            for (c, span) in state.scan.spans.iter().enumerate() {
-                if span.is_empty() {
-                    continue;
-                }
-                let column = self.cfg.pointer_markers[c] as usize;
-                for j in (0..tokens.len()).filter(|&j| state.scan.applies_at(start + j)) {
-                    gate[(row * n + j) * v + column] = 1.0;
-                }
-            }
-        }
-        if !gate.iter().any(|&g| g > 0.0) {
+        let gate_rows: Vec<_> = rows
+            .iter()
+            .enumerate()
+            .map(|(row, tokens)| {
+                let start = cache.positions[row] - tokens.len();
+                (&cache.pointer[row].scan, start, tokens.len())
+            })
+            .collect();
+        let Some(gate) = self.pointer_gate(&gate_rows, n)? else {
             return Ok(logits.clone());
-        }
-        let spans = Tensor::stack(&spans, 0)?;
-        self.apply_pointer(logits, h, &spans, gate)
+        };
+        let zeros = Tensor::zeros((k, d), candle_core::DType::F32, &self.device)?;
+        let spans: Vec<Tensor> = cache
+            .pointer
+            .iter()
+            .map(|state| state.encoded.clone().unwrap_or_else(|| zeros.clone()))
+            .collect();
+        self.apply_pointer(logits, h, &Tensor::stack(&spans, 0)?, &gate)
     }
 }
 
