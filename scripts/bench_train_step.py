@@ -2,9 +2,11 @@
 """PyTorch eager CPU baseline for `agentrl bench train-step`.
 
 The same TinyAgent model (token + learned position embeddings, pre-norm blocks with RMSNorm,
-causal multi-head attention, tanh-GELU MLP, final RMSNorm, LM head, value head), the same
-clipped-surrogate loss with masked token-mean, and AdamW, at the shapes given as one JSON
-argument by the Rust side. Attention uses `F.scaled_dot_product_attention(is_causal=True)`,
+causal multi-head attention, tanh-GELU MLP, final RMSNorm, LM head, value head) and the same
+update as agentrl's trainer runs for the default GRPO preset: group advantages
+(R - mean) / (std + 1e-6), the PPO clipped surrogate, the entropy bonus, seq-mean-token-mean
+aggregation, gradient-norm clipping and AdamW, at the shapes given as one JSON argument by the
+Rust side. Attention uses `F.scaled_dot_product_attention(is_causal=True)`,
 the idiomatic (and fastest) eager PyTorch path. Runs on 2 threads (and, for reference, 1 thread) and prints one JSON line:
 {"torch_ms": median ms per step at 2 threads, "torch_1thread_ms": ..., "torch_version": ...,
 "threads": 2}.
@@ -19,7 +21,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-CLIP_EPS = 0.2
 
 
 class RMSNorm(nn.Module):
@@ -74,12 +75,26 @@ class TinyAgent(nn.Module):
         return self.lm_head(h), self.value_head(h).squeeze(-1)
 
 
-def policy_loss(model, ids, targets, mask, old_logp, adv):
+def grpo_advantages(rewards, group_size):
+    grouped = rewards.view(-1, group_size)
+    adv = (grouped - grouped.mean(1, keepdim=True)) / (grouped.std(1, keepdim=True) + 1e-6)
+    return adv.reshape(-1, 1)
+
+
+def policy_loss(s, model, ids, targets, mask, old_logp, rewards):
+    adv = grpo_advantages(rewards, s["group_size"])
     logits, _ = model(ids)
-    logp = torch.log_softmax(logits, -1).gather(2, targets.unsqueeze(2)).squeeze(2)
+    logp_all = torch.log_softmax(logits, -1)
+    logp = logp_all.gather(2, targets.unsqueeze(2)).squeeze(2)
     ratio = torch.exp(logp - old_logp)
-    per_token = -torch.minimum(ratio * adv, ratio.clamp(1 - CLIP_EPS, 1 + CLIP_EPS) * adv)
-    return (per_token * mask).sum() / mask.sum()
+    eps = s["clip_eps"]
+    per_token = -torch.minimum(ratio * adv, ratio.clamp(1 - eps, 1 + eps) * adv)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    per_token = per_token - s["entropy_coef"] * entropy
+    # seq-mean-token-mean: the masked mean of each row, then the mean over rows.
+    counts = mask.sum(1)
+    rows = (per_token * mask).sum(1) / counts.clamp(min=1)
+    return rows[counts > 0].mean()
 
 
 def time_steps(s, threads):
@@ -87,18 +102,21 @@ def time_steps(s, threads):
     torch.manual_seed(0)
     b, t, v = s["batch"], s["seq_len"], s["vocab"]
     model = TinyAgent(s)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=s["lr"], betas=(0.9, 0.99), eps=1e-8, weight_decay=0.0
+    )
     seq = torch.randint(0, v, (b, t + 1))
     ids, targets = seq[:, :t].contiguous(), seq[:, 1:].contiguous()
     mask = (torch.rand(b, t) < 1 / 3).float()
     old_logp = torch.full((b, t), -math.log(v))
-    adv = torch.rand(b, 1) * 2 - 1
+    rewards = (torch.rand(b) < 0.5).float()
     times = []
     for step in range(s["warmup"] + s["steps"]):
         start = time.perf_counter()
-        loss = policy_loss(model, ids, targets, mask, old_logp, adv)
+        loss = policy_loss(s, model, ids, targets, mask, old_logp, rewards)
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), s["grad_clip"])
         opt.step()
         loss.item()
         if step >= s["warmup"]:

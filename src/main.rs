@@ -1,11 +1,14 @@
-//! The `agentrl` command-line tool. All logic lives in the library; this file only sets up the
-//! allocator and logging and hands over to [`agentrl::cli`].
+//! The `agentrl` command-line tool: the binary of the workspace. The logic lives in the
+//! library crates (`crates/`, in data-flow order: gym → chat → model → engine → rollout → rl →
+//! train → run); [`cli`] only parses flags and calls them.
 
 // candle allocates and zeroes many short-lived buffers per step; mimalloc measured 2x faster
 // than the system allocator for the TinyAgent training step (see shared/DESIGN.md).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod cli;
+
 fn main() -> std::process::ExitCode {
-    agentrl::cli::main()
+    cli::main()
 }

@@ -1,13 +1,13 @@
-//! `agentrl train` and `agentrl eval`: thin wrappers over [`crate::train`] and [`crate::eval`].
+//! `agentrl train` and `agentrl eval`: thin wrappers over `agentrl_train`.
 
 use std::path::PathBuf;
 
 use agentrl_gym::Split;
 use clap::Args;
 
-use crate::train::config::{load_config, parse_config_file, Config};
-use crate::train::session::{run_session, summary_table, SessionOptions};
-use crate::train::trainer::{parse_split, Trainer};
+use agentrl_train::config::load_config;
+use agentrl_train::recipes::rl::{parse_split, Trainer};
+use agentrl_train::session::{run_session, summary_table, SessionOptions};
 
 #[derive(Debug, Args)]
 pub struct TrainArgs {
@@ -26,6 +26,9 @@ pub struct TrainArgs {
     /// Print the outcome as JSON instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Print the fully resolved config (every knob written out) as TOML and exit.
+    #[arg(long, conflicts_with = "resume")]
+    pub print_config: bool,
 }
 
 #[derive(Debug, Args)]
@@ -46,19 +49,14 @@ pub struct EvalArgs {
     pub json: bool,
 }
 
-/// Sets the compute threads candle's CPU kernels use. candle sizes its matmul parallelism from
-/// `RAYON_NUM_THREADS` on every call, and rayon sizes its global pool from it once; set it
-/// before any tensor work so a run's thread count (and so its float summation order) is fixed.
-fn set_threads(config: &Config) {
-    let threads = config.threads();
-    std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
-}
-
 pub fn train(args: TrainArgs) -> anyhow::Result<()> {
+    if args.print_config {
+        let config = load_config(args.config.as_deref(), &args.set)?;
+        print!("{}", config.to_toml()?);
+        return Ok(());
+    }
     let trainer = match &args.resume {
         Some(run) => {
-            let config = parse_config_file(&run.join("config.toml"))?;
-            set_threads(&config);
             let trainer = Trainer::resume(run)?;
             eprintln!(
                 "resuming {} at step {} of {}",
@@ -70,7 +68,6 @@ pub fn train(args: TrainArgs) -> anyhow::Result<()> {
         }
         None => {
             let config = load_config(args.config.as_deref(), &args.set)?;
-            set_threads(&config);
             let (trainer, warnings) = Trainer::create(config)?;
             for w in warnings {
                 eprintln!("warning: {w}");
@@ -80,8 +77,8 @@ pub fn train(args: TrainArgs) -> anyhow::Result<()> {
     };
     eprintln!(
         "training TinyAgent ({} parameters) with {} on the {} split: {} tasks x {} episodes per step, {} steps",
-        trainer.model.num_parameters(),
-        trainer.knobs.name,
+        trainer.model().num_parameters(),
+        trainer.algorithm,
         trainer.config.rollout.split,
         trainer.config.rollout.tasks_per_step,
         trainer.config.rollout.group_size,
@@ -101,8 +98,6 @@ pub fn train(args: TrainArgs) -> anyhow::Result<()> {
 }
 
 pub fn eval(args: EvalArgs) -> anyhow::Result<()> {
-    let config = parse_config_file(&args.run.join("config.toml"))?;
-    set_threads(&config);
     let trainer = Trainer::resume(&args.run)?;
     if trainer.state.step == 0 {
         eprintln!(

@@ -15,11 +15,14 @@
 //! * [`codec`]: `<tool_call>{json}</tool_call>` spans ⇄ gym [`agentrl_gym::types::ToolCall`]s.
 //! * [`drift`]: the retokenization drift check.
 //! * [`assets`]: where tests find the shared Qwen3 assets.
-//! * [`tiny`]: TinyAgent's closed word-level vocabulary, observation renderer and call format.
+//! * [`chat_codec`]: the [`ChatCodec`] interface the rollout driver uses.
+//! * [`tiny`]: TinyAgent's closed word-level vocabulary, observation renderer, call format
+//!   and action grammar.
 //!
 //! It holds no tensors and no model weights.
 
 pub mod assets;
+pub mod chat_codec;
 pub mod codec;
 pub mod drift;
 pub mod error;
@@ -30,4 +33,5 @@ pub mod tiny;
 pub mod tools;
 
 pub use assets::find_qwen3_assets;
+pub use chat_codec::ChatCodec;
 pub use error::ChatError;

@@ -592,17 +592,25 @@ pub(crate) fn strftime_utc(format: &str, unix_seconds: i64) -> Result<String, Ji
         "Saturday",
         "Sunday",
     ];
-    let days = unix_seconds.div_euclid(86_400);
-    let secs_of_day = unix_seconds.rem_euclid(86_400);
-    let (year, month, day) = civil_from_days(days);
-    let (hour, minute, second) = (
-        secs_of_day / 3600,
-        secs_of_day % 3600 / 60,
-        secs_of_day % 60,
+    // The calendar comes from the `time` crate; only the directive mapping is ours.
+    let when = time::OffsetDateTime::from_unix_timestamp(unix_seconds).map_err(|e| {
+        JinjaError::new(
+            ErrorKind::InvalidOperation,
+            format!("strftime_now: timestamp {unix_seconds} out of range: {e}"),
+        )
+    })?;
+    let (year, month, day) = (
+        i64::from(when.year()),
+        i64::from(u8::from(when.month())),
+        i64::from(when.day()),
     );
-    // 1970-01-01 was a Thursday (index 3 from Monday).
-    let weekday = (days + 3).rem_euclid(7) as usize;
-    let day_of_year = days - days_from_civil(year, 1, 1) + 1;
+    let (hour, minute, second) = (
+        i64::from(when.hour()),
+        i64::from(when.minute()),
+        i64::from(when.second()),
+    );
+    let weekday = usize::from(when.weekday().number_days_from_monday());
+    let day_of_year = i64::from(when.ordinal());
     let hour12 = if hour % 12 == 0 { 12 } else { hour % 12 };
     let month_name = MONTHS[(month - 1) as usize];
     let weekday_name = WEEKDAYS[weekday];
@@ -660,30 +668,6 @@ pub(crate) fn strftime_utc(format: &str, unix_seconds: i64) -> Result<String, Ji
         }
     }
     Ok(out)
-}
-
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
 }
 
 #[cfg(test)]

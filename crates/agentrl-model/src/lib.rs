@@ -1,9 +1,12 @@
 //! # agentrl-model: policies as candle modules
 //!
 //! TinyAgent (a small transformer with a value head), Qwen3 (the real model family, with HF
-//! weight names), LoRA adapters in PEFT's layout, and the [`Policy`] interface the engine and
-//! the trainer use. Token ids in, logits and values out; no gym, no sampling.
+//! weight names), LoRA adapters in PEFT's layout, and the [`Policy`] interface the trainer
+//! uses (the engine decodes through its own `Decoder` trait). Token ids in, logits and
+//! values out; no gym, no chat formats, no sampling: this crate never depends on
+//! `agentrl-chat`.
 
+pub mod constrained;
 pub mod fused;
 pub mod lora;
 pub mod policy;
@@ -11,5 +14,6 @@ pub mod qwen3;
 pub mod tiny;
 pub mod weights;
 
+pub use constrained::{ConstrainedPolicy, LogitBias};
 pub use policy::{Policy, PolicyOutput};
-pub use tiny::{KvCache, TinyAgent, TinyConfig};
+pub use tiny::{KvCache, TinyAgent, TinyConfig, TinyOutput};

@@ -1,24 +1,70 @@
-//! The policy interface the trainer and the engine see: token ids in, next-token logits and
-//! value estimates out.
+//! The policy interface the trainer sees: a full forward pass over a padded batch of token
+//! ids that returns next-token logits (and values, where the policy has a value head), plus
+//! the trainable variables and their save and load.
 //!
-//! Sits between the models (TinyAgent, Qwen3) and everything that consumes logits: the local
-//! sampling engine (`agentrl::engine`) and the trainer's loss (`agentrl-rl`).
+//! Sits between the models (TinyAgent, Qwen3, either behind a [`crate::ConstrainedPolicy`])
+//! and everything that consumes logits on the trainer side: the update and the evaluation in
+//! `agentrl-train`. Sampling goes through `agentrl-engine`, which needs an incremental decode
+//! step instead (its `Decoder` trait).
 
-use candle_core::{Result, Tensor};
+use std::path::Path;
+
+use candle_core::{Device, Result, Tensor, Var};
 
 /// What a full forward pass returns.
 #[derive(Debug, Clone)]
 pub struct PolicyOutput {
     /// Next-token logits, `[B, T, V]` f32: position `t` scores token `t + 1`.
     pub logits: Tensor,
-    /// Value estimates `V(s_t)` from the value head, `[B, T]` f32 (PPO's critic, ALGORITHMS.md §2).
-    pub values: Tensor,
+    /// Value estimates `V(s_t)` from a value head, `[B, T]` f32 (PPO's critic,
+    /// ALGORITHMS.md §2); `None` for a policy without one.
+    pub values: Option<Tensor>,
 }
 
-/// A causal language-model policy with a value head.
+/// A causal language-model policy the trainer can score and update.
 pub trait Policy {
-    /// Full (training) forward pass over `ids` `[B, T]` u32, positions `0..T` in every row.
+    /// Full (training) forward pass over `ids` `[B, T]` u32, positions `0..T` in every row
+    /// (rows are right-padded, so padding never shifts a real token's position).
     fn forward(&self, ids: &Tensor) -> Result<PolicyOutput>;
     /// Size of the output vocabulary (last dimension of the logits).
     fn vocab_size(&self) -> usize;
+    /// Longest sequence the policy accepts.
+    fn max_seq(&self) -> usize;
+    fn device(&self) -> &Device;
+    /// The variables an optimizer updates, sorted by name (so optimizer state has a stable
+    /// order): all weights, or only the adapters of a LoRA policy.
+    fn trainable_vars(&self) -> Vec<(String, Var)>;
+    /// Writes the trainable variables to one safetensors file.
+    fn save(&self, path: &Path) -> anyhow::Result<()> {
+        crate::weights::save_vars(&self.trainable_vars(), path)
+    }
+    /// Loads the trainable variables in place from a file written by [`Policy::save`];
+    /// refuses missing, misshapen and non-finite tensors, naming the file and the tensor.
+    fn load(&self, path: &Path) -> anyhow::Result<()> {
+        crate::weights::load_into_vars(&self.trainable_vars(), path, self.device())
+    }
+}
+
+impl<P: Policy + ?Sized> Policy for &P {
+    fn forward(&self, ids: &Tensor) -> Result<PolicyOutput> {
+        (**self).forward(ids)
+    }
+    fn vocab_size(&self) -> usize {
+        (**self).vocab_size()
+    }
+    fn max_seq(&self) -> usize {
+        (**self).max_seq()
+    }
+    fn device(&self) -> &Device {
+        (**self).device()
+    }
+    fn trainable_vars(&self) -> Vec<(String, Var)> {
+        (**self).trainable_vars()
+    }
+    fn save(&self, path: &Path) -> anyhow::Result<()> {
+        (**self).save(path)
+    }
+    fn load(&self, path: &Path) -> anyhow::Result<()> {
+        (**self).load(path)
+    }
 }

@@ -967,3 +967,33 @@ fn causal_mask(seq: usize, offset: usize, dtype: DType, device: &Device) -> Resu
         .collect();
     Ok(Tensor::from_vec(values, (seq, total), device)?.to_dtype(dtype)?)
 }
+
+/// Qwen3 as the trainer sees it: logits of the whole batch, no value head, and as trainable
+/// variables the LoRA factors (and the base weights, when loaded trainable), sorted by name.
+impl crate::policy::Policy for Qwen3 {
+    fn forward(&self, ids: &Tensor) -> candle_core::Result<crate::policy::PolicyOutput> {
+        let logits = Qwen3::forward(self, ids).map_err(candle_core::Error::wrap)?;
+        Ok(crate::policy::PolicyOutput {
+            logits,
+            values: None,
+        })
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+
+    fn max_seq(&self) -> usize {
+        self.config.max_position_embeddings
+    }
+
+    fn device(&self) -> &Device {
+        Qwen3::device(self)
+    }
+
+    fn trainable_vars(&self) -> Vec<(String, Var)> {
+        let mut vars = Qwen3::trainable_vars(self);
+        vars.sort_by(|a, b| a.0.cmp(&b.0));
+        vars
+    }
+}

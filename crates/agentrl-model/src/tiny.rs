@@ -1,6 +1,6 @@
 //! TinyAgent: a small causal transformer policy with a value head, in candle.
 //!
-//! Data flow: the tiny renderer (`agentrl_chat::tiny`) turns gym observations into symbol ids;
+//! Data flow: the tiny renderer (`agentrl-chat`'s `tiny` module) turns gym observations into symbol ids;
 //! the local engine (`agentrl::engine`) samples action tokens from [`TinyAgent::forward_step`]
 //! with a [`KvCache`]; the trainer recomputes log-probs and values with [`TinyAgent::forward`]
 //! over the exact sampled tokens. Both paths share the same block code, so their log-probs agree
@@ -44,10 +44,19 @@ use serde::{Deserialize, Serialize};
 use crate::fused;
 use crate::policy::{Policy, PolicyOutput};
 
-/// TinyAgent's shape. Defaults are sized for a 2-core CPU (about 160k parameters) and use the
-/// BugFix gym's tiny vocabulary.
+/// What TinyAgent's forward passes return: logits and the value head's estimates.
+#[derive(Debug, Clone)]
+pub struct TinyOutput {
+    /// `[B, T, V]` next-token logits.
+    pub logits: Tensor,
+    /// `[B, T]` value estimates.
+    pub values: Tensor,
+}
+
+/// TinyAgent's shape. [`TinyConfig::for_vocab`] gives the shape sized for a 2-core CPU
+/// (about 160k parameters) over a given vocabulary.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(deny_unknown_fields)]
 pub struct TinyConfig {
     /// Output/input vocabulary size (set from the tiny tokenizer).
     pub vocab_size: usize,
@@ -67,11 +76,13 @@ pub struct TinyConfig {
     pub pointer_segment_end: u32,
 }
 
-impl Default for TinyConfig {
-    fn default() -> Self {
+impl TinyConfig {
+    /// The default shape (d 64, 2 layers, 4 heads) over a vocabulary of `vocab_size` words;
+    /// the vocabulary comes from the codec (`agentrl_chat::tiny`), which this crate does not
+    /// know about.
+    pub fn for_vocab(vocab_size: usize) -> Self {
         Self {
-            // The BugFix gym's tiny vocabulary (specials, tools, candidates, gym symbols).
-            vocab_size: agentrl_chat::tiny::TinyCodec::for_gym().vocab().len(),
+            vocab_size,
             d_model: 64,
             n_layers: 2,
             n_heads: 4,
@@ -513,11 +524,11 @@ impl TinyAgent {
     }
 
     /// Final norm, LM head and value head; also returns the final hidden states.
-    fn head(&self, x: &Tensor) -> candle_core::Result<(PolicyOutput, Tensor)> {
+    fn head(&self, x: &Tensor) -> candle_core::Result<(TinyOutput, Tensor)> {
         let h = fused::rms_norm(x, &self.norm_final, self.cfg.rms_eps)?;
         let logits = dense(&h, &self.lm_head)?;
         let values = self.value_head.forward(&h)?.squeeze(D::Minus1)?;
-        Ok((PolicyOutput { logits, values }, h))
+        Ok((TinyOutput { logits, values }, h))
     }
 
     /// Encodes the candidate spans of each row on their own: every distinct span is run
@@ -662,7 +673,7 @@ impl TinyAgent {
     }
 
     /// Full forward over `ids [B, T]` u32 (positions `0..T`, causal attention).
-    pub fn forward(&self, ids: &Tensor) -> candle_core::Result<PolicyOutput> {
+    pub fn forward(&self, ids: &Tensor) -> candle_core::Result<TinyOutput> {
         let t = ids.dim(1)?;
         let x = self.trunk(ids)?;
         let (mut out, h) = self.head(&x)?;
@@ -693,7 +704,7 @@ impl TinyAgent {
         &self,
         ids_new: &Tensor,
         cache: &mut KvCache,
-    ) -> candle_core::Result<PolicyOutput> {
+    ) -> candle_core::Result<TinyOutput> {
         let rows: Vec<Vec<u32>> = ids_new.to_vec2::<u32>()?;
         let refs: Vec<&[u32]> = rows.iter().map(Vec::as_slice).collect();
         self.forward_step_ragged(&refs, cache)
@@ -707,7 +718,7 @@ impl TinyAgent {
         &self,
         rows: &[&[u32]],
         cache: &mut KvCache,
-    ) -> candle_core::Result<PolicyOutput> {
+    ) -> candle_core::Result<TinyOutput> {
         if rows.len() != cache.rows() {
             candle_core::bail!(
                 "forward_step: {} rows given but the cache holds {}",
@@ -835,11 +846,27 @@ impl TinyAgent {
 
 impl Policy for TinyAgent {
     fn forward(&self, ids: &Tensor) -> candle_core::Result<PolicyOutput> {
-        TinyAgent::forward(self, ids)
+        let out = TinyAgent::forward(self, ids)?;
+        Ok(PolicyOutput {
+            logits: out.logits,
+            values: Some(out.values),
+        })
     }
 
     fn vocab_size(&self) -> usize {
         self.cfg.vocab_size
+    }
+
+    fn max_seq(&self) -> usize {
+        self.cfg.max_seq
+    }
+
+    fn device(&self) -> &Device {
+        &self.device
+    }
+
+    fn trainable_vars(&self) -> Vec<(String, Var)> {
+        self.named_vars()
     }
 }
 

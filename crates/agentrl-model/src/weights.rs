@@ -119,3 +119,60 @@ mod tests {
         );
     }
 }
+
+/// Whether every element of `t` is finite (no NaN, no ±inf).
+pub fn all_finite(t: &Tensor) -> Result<bool> {
+    let flat = t.flatten_all()?.to_dtype(DType::F32)?;
+    Ok(flat.to_vec1::<f32>()?.iter().all(|x| x.is_finite()))
+}
+
+/// Writes named variables to one safetensors file; refuses a non-finite tensor, so a
+/// diverged run never leaves a checkpoint that looks loadable.
+pub fn save_vars(vars: &[(String, candle_core::Var)], path: &Path) -> Result<()> {
+    let mut tensors = HashMap::new();
+    for (name, var) in vars {
+        if !all_finite(var.as_tensor())? {
+            bail!(
+                "refusing to save {}: parameter `{name}` holds NaN or infinite values",
+                path.display()
+            );
+        }
+        tensors.insert(name.clone(), var.as_tensor().clone());
+    }
+    candle_core::safetensors::save(&tensors, path)
+        .with_context(|| format!("writing weights {}", path.display()))
+}
+
+/// Loads a safetensors file into existing variables in place. Every variable must be
+/// present with its shape and finite values; errors name the file and the tensor.
+pub fn load_into_vars(
+    vars: &[(String, candle_core::Var)],
+    path: &Path,
+    device: &Device,
+) -> Result<()> {
+    let tensors = candle_core::safetensors::load(path, device)
+        .with_context(|| format!("reading weights {}", path.display()))?;
+    for (name, var) in vars {
+        let t = tensors
+            .get(name)
+            .with_context(|| format!("{}: missing parameter `{name}`", path.display()))?;
+        if t.shape() != var.shape() {
+            bail!(
+                "{}: `{name}` has shape {:?}, the model expects {:?} (was the run's [model] \
+                 section changed?)",
+                path.display(),
+                t.dims(),
+                var.dims()
+            );
+        }
+        if !all_finite(t)? {
+            bail!(
+                "{}: parameter `{name}` holds NaN or infinite values",
+                path.display()
+            );
+        }
+        var.set(t)
+            .with_context(|| format!("setting `{name}` from {}", path.display()))?;
+    }
+    Ok(())
+}

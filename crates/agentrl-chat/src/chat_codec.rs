@@ -1,0 +1,33 @@
+//! The `ChatCodec` interface: how one policy family's chat format turns an episode into token
+//! ids and sampled ids back into gym actions.
+//!
+//! Where it sits: the rollout driver (`agentrl-rollout`) calls [`ChatCodec::prompt_ids`] on
+//! the environment's first observation, asks the engine for an action that ends on one of
+//! [`ChatCodec::stop_ids`] or at [`ChatCodec::max_action_tokens`], turns the sampled ids into
+//! an [`Action`] with [`ChatCodec::parse_action`], and appends
+//! [`ChatCodec::observation_ids`] of the tool result *after the exact sampled ids*: ids are
+//! never re-tokenised (ALGORITHMS.md §17). TinyAgent's codec is [`crate::tiny::TinyCodec`];
+//! Qwen3's chat codec renders the same calls through the model's own template.
+
+use agentrl_gym::{Action, Observation};
+
+/// One policy family's episode format.
+pub trait ChatCodec: Sync {
+    /// Ids of an episode's prompt, rendered from the environment's first observation (the
+    /// task), up to where the first action starts.
+    fn prompt_ids(&self, first: &Observation) -> anyhow::Result<Vec<u32>>;
+    /// Ids that follow a sampled action: the rendering of the tool result, up to where the
+    /// next action starts.
+    fn observation_ids(&self, observation: &Observation) -> anyhow::Result<Vec<u32>>;
+    /// Sampled ids that end an action (they belong to the action).
+    fn stop_ids(&self) -> Vec<u32>;
+    /// Longest action in tokens, the stop token included.
+    fn max_action_tokens(&self) -> usize;
+    /// The action the sampled ids express, or [`Action::Malformed`] with a reason. `task` is
+    /// the episode's first observation, for formats whose short calls refer to it.
+    fn parse_action(&self, ids: &[u32], task: &Observation) -> Action;
+    /// The id that pads a batch past each episode's end.
+    fn pad_id(&self) -> u32;
+    /// Ids as text, for logs and transcripts.
+    fn decode(&self, ids: &[u32]) -> String;
+}

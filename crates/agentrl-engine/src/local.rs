@@ -1,0 +1,460 @@
+//! The local engine: batched, KV-cached decoding of any [`Decoder`] in this process.
+//!
+//! A [`Decoder`] is a model with an incremental step: feed each row what it has not yet seen,
+//! get the logits at each row's last fed position. [`LocalEngine`] turns that into the
+//! turn-level [`Engine`] contract: all rows of a call decode together, one batched forward per
+//! decoding step, each row drawing from its own seeded stream.
+//!
+//! **Prefix caching.** Between calls the engine keeps each row's KV cache under the request's
+//! `session`. When every request of the next call names a cached session and its prompt
+//! extends what that session holds, only the new suffix (the last sampled token plus the
+//! observation) is fed, as vLLM's automatic prefix caching would do; otherwise the cache is
+//! rebuilt from the full prompts. Either way the logits are the same: the cache is an
+//! optimisation, never a change of what is computed.
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use agentrl_model::{ConstrainedPolicy, KvCache, Policy, TinyAgent};
+use candle_core::Tensor;
+
+use crate::sampling::sample_token;
+use crate::{
+    Completion, Engine, FinishReason, GenerateParams, GenerateRequest, LogprobKind, WeightSync,
+};
+
+/// A policy that can be decoded incrementally with a per-row cache.
+pub trait Decoder {
+    type Cache;
+    /// An empty cache for `rows` independent sequences.
+    fn new_cache(&self, rows: usize) -> Self::Cache;
+    /// Feeds `rows[b]` (possibly empty) after what the cache holds and returns, for every row
+    /// that fed at least one token, the logits `[V]` at its last fed position (rows that fed
+    /// nothing get `None`).
+    fn decode(
+        &self,
+        rows: &[&[u32]],
+        cache: &mut Self::Cache,
+    ) -> anyhow::Result<Vec<Option<Vec<f32>>>>;
+    /// Keeps only the listed rows of the cache, in that order.
+    fn retain_rows(&self, cache: &mut Self::Cache, keep: &[usize]) -> anyhow::Result<()>;
+    /// Longest sequence the policy accepts.
+    fn max_seq(&self) -> usize;
+}
+
+impl Decoder for TinyAgent {
+    type Cache = KvCache;
+
+    fn new_cache(&self, rows: usize) -> KvCache {
+        KvCache::new(self.config(), rows)
+    }
+
+    fn decode(&self, rows: &[&[u32]], cache: &mut KvCache) -> anyhow::Result<Vec<Option<Vec<f32>>>> {
+        let out = self.forward_step_ragged(rows, cache)?;
+        let (b, n, v) = out.logits.dims3()?;
+        // Gather each row's last fed position before copying to the host: prefill chunks can
+        // be long, and only one position per row is sampled from.
+        let wanted: Vec<(usize, u32)> = rows
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| !r.is_empty())
+            .map(|(row, r)| (row, (row * n + r.len() - 1) as u32))
+            .collect();
+        let index = Tensor::from_vec(
+            wanted.iter().map(|&(_, i)| i).collect::<Vec<_>>(),
+            wanted.len(),
+            out.logits.device(),
+        )?;
+        let picked = out
+            .logits
+            .reshape((b * n, v))?
+            .index_select(&index, 0)?
+            .to_vec2::<f32>()?;
+        let mut result = vec![None; b];
+        for ((row, _), logits) in wanted.into_iter().zip(picked) {
+            result[row] = Some(logits);
+        }
+        Ok(result)
+    }
+
+    fn retain_rows(&self, cache: &mut KvCache, keep: &[usize]) -> anyhow::Result<()> {
+        Ok(cache.retain_rows(keep)?)
+    }
+
+    fn max_seq(&self) -> usize {
+        self.config().max_seq
+    }
+}
+
+/// The constrained policy decodes with the bias row of each row's last fed token, the same
+/// bias its trainer-side forward adds (see `agentrl_model::constrained`).
+impl<P: Policy + Decoder> Decoder for ConstrainedPolicy<P> {
+    type Cache = P::Cache;
+
+    fn new_cache(&self, rows: usize) -> Self::Cache {
+        self.inner().new_cache(rows)
+    }
+
+    fn decode(
+        &self,
+        rows: &[&[u32]],
+        cache: &mut Self::Cache,
+    ) -> anyhow::Result<Vec<Option<Vec<f32>>>> {
+        let mut out = self.inner().decode(rows, cache)?;
+        if let Some(bias) = self.bias() {
+            for (row, logits) in rows.iter().zip(out.iter_mut()) {
+                let (Some(&prev), Some(logits)) = (row.last(), logits.as_mut()) else {
+                    continue;
+                };
+                for (x, b) in logits.iter_mut().zip(bias.row(prev)) {
+                    *x += b;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn retain_rows(&self, cache: &mut Self::Cache, keep: &[usize]) -> anyhow::Result<()> {
+        self.inner().retain_rows(cache, keep)
+    }
+
+    fn max_seq(&self) -> usize {
+        Decoder::max_seq(self.inner())
+    }
+}
+
+impl<D: Decoder + ?Sized> Decoder for &D {
+    type Cache = D::Cache;
+    fn new_cache(&self, rows: usize) -> Self::Cache {
+        (**self).new_cache(rows)
+    }
+    fn decode(
+        &self,
+        rows: &[&[u32]],
+        cache: &mut Self::Cache,
+    ) -> anyhow::Result<Vec<Option<Vec<f32>>>> {
+        (**self).decode(rows, cache)
+    }
+    fn retain_rows(&self, cache: &mut Self::Cache, keep: &[usize]) -> anyhow::Result<()> {
+        (**self).retain_rows(cache, keep)
+    }
+    fn max_seq(&self) -> usize {
+        (**self).max_seq()
+    }
+}
+
+/// The rows a cache holds between calls.
+struct CachedRows<C> {
+    cache: C,
+    /// Per cache row: its session and the tokens it has been fed.
+    rows: Vec<(u64, Vec<u32>)>,
+}
+
+/// Turn-level sampling over a [`Decoder`] in this process. It reads the decoder's weights
+/// directly, so weight sync only records the version.
+pub struct LocalEngine<D: Decoder> {
+    decoder: D,
+    cached: Option<CachedRows<D::Cache>>,
+    version: u64,
+}
+
+impl<D: Decoder> LocalEngine<D> {
+    pub fn new(decoder: D) -> Self {
+        Self {
+            decoder,
+            cached: None,
+            version: 0,
+        }
+    }
+
+    pub fn decoder(&self) -> &D {
+        &self.decoder
+    }
+
+    /// Reuses the cache when every request extends a cached session; returns the cache, each
+    /// row's tokens already fed, and what each row still has to feed.
+    fn prepare(&mut self, requests: &[GenerateRequest]) -> anyhow::Result<(CachedRows<D::Cache>, Vec<Vec<u32>>)> {
+        if let Some(mut cached) = self.cached.take() {
+            let mut keep = Vec::with_capacity(requests.len());
+            for req in requests {
+                let Some(session) = req.session else { break };
+                let Some(row) = cached.rows.iter().position(|(s, fed)| {
+                    *s == session && fed.len() < req.prompt.len() && req.prompt.starts_with(fed)
+                }) else {
+                    break;
+                };
+                keep.push(row);
+            }
+            let mut distinct = keep.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            if keep.len() == requests.len() && distinct.len() == keep.len() {
+                self.decoder.retain_rows(&mut cached.cache, &keep)?;
+                let rows: Vec<(u64, Vec<u32>)> =
+                    keep.iter().map(|&r| std::mem::take(&mut cached.rows[r])).collect();
+                let feeds = rows
+                    .iter()
+                    .zip(requests)
+                    .map(|((_, fed), req)| req.prompt[fed.len()..].to_vec())
+                    .collect();
+                return Ok((
+                    CachedRows {
+                        cache: cached.cache,
+                        rows,
+                    },
+                    feeds,
+                ));
+            }
+        }
+        let rows = requests
+            .iter()
+            .map(|r| (r.session.unwrap_or(u64::MAX), Vec::new()))
+            .collect();
+        Ok((
+            CachedRows {
+                cache: self.decoder.new_cache(requests.len()),
+                rows,
+            },
+            requests.iter().map(|r| r.prompt.clone()).collect(),
+        ))
+    }
+}
+
+impl<D: Decoder> Engine for LocalEngine<D> {
+    fn generate(
+        &mut self,
+        requests: &[GenerateRequest],
+        params: &GenerateParams,
+    ) -> anyhow::Result<Vec<Completion>> {
+        params.sampling.validate()?;
+        anyhow::ensure!(params.max_tokens > 0, "generate: max_tokens must be > 0");
+        let max_seq = self.decoder.max_seq();
+        for (i, r) in requests.iter().enumerate() {
+            anyhow::ensure!(!r.prompt.is_empty(), "generate: prompt {i} is empty");
+            anyhow::ensure!(
+                r.prompt.len() < max_seq,
+                "generate: prompt {i} ({} tokens) leaves no room within the model's max_seq {max_seq}",
+                r.prompt.len()
+            );
+        }
+        let mut out: Vec<Completion> = requests
+            .iter()
+            .map(|_| Completion {
+                tokens: Vec::new(),
+                logprobs: Vec::new(),
+                finish: FinishReason::Length,
+                logprob_kind: LogprobKind::TemperatureScaled,
+                weight_version: self.version,
+            })
+            .collect();
+        if requests.is_empty() {
+            return Ok(out);
+        }
+        let (mut cached, mut feeds) = self.prepare(requests)?;
+        let mut rngs: Vec<ChaCha8Rng> = requests
+            .iter()
+            .map(|r| ChaCha8Rng::seed_from_u64(r.seed))
+            .collect();
+        // `live[j]` = request index of cache row j; finished rows stay in the cache (they may
+        // be continued next call) but feed nothing more.
+        let mut live: Vec<usize> = (0..requests.len()).collect();
+        while !live.is_empty() {
+            let mut row_feeds: Vec<&[u32]> = vec![&[]; requests.len()];
+            for &i in &live {
+                row_feeds[i] = &feeds[i];
+            }
+            let logits = self.decoder.decode(&row_feeds, &mut cached.cache)?;
+            let mut still = Vec::with_capacity(live.len());
+            for &i in &live {
+                let fed = std::mem::take(&mut feeds[i]);
+                cached.rows[i].1.extend(&fed);
+                let row_logits = logits[i]
+                    .as_ref()
+                    .ok_or_else(|| anyhow::anyhow!("generate: row {i} fed nothing"))?;
+                let (token, logprob) = sample_token(row_logits, &params.sampling, &mut rngs[i])
+                    .map_err(|e| e.context(format!("generate: row {i}, completion token {}", out[i].tokens.len())))?;
+                let completion = &mut out[i];
+                completion.tokens.push(token);
+                completion.logprobs.push(logprob);
+                let total = requests[i].prompt.len() + completion.tokens.len();
+                if params.stop.contains(&token) {
+                    completion.finish = FinishReason::Stop;
+                } else if completion.tokens.len() < params.max_tokens && total < max_seq {
+                    feeds[i] = vec![token];
+                    still.push(i);
+                }
+            }
+            live = still;
+        }
+        self.cached = Some(cached);
+        Ok(out)
+    }
+
+    fn max_seq(&self) -> usize {
+        self.decoder.max_seq()
+    }
+
+    fn sync_weights(&mut self, sync: &WeightSync) -> anyhow::Result<()> {
+        match sync {
+            WeightSync::Shared { version } => {
+                self.version = *version;
+                Ok(())
+            }
+            other => anyhow::bail!(
+                "the local engine reads the trainer's weights in place; it cannot load {other:?}"
+            ),
+        }
+    }
+
+    fn weight_version(&self) -> u64 {
+        self.version
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SamplingParams;
+    use agentrl_model::TinyConfig;
+    use candle_core::{Device, IndexOp};
+
+    fn model() -> TinyAgent {
+        let cfg = TinyConfig {
+            vocab_size: 19,
+            max_seq: 64,
+            d_model: 16,
+            n_heads: 2,
+            mlp_ratio: 2,
+            ..TinyConfig::for_vocab(19)
+        };
+        TinyAgent::new(cfg, 1, &Device::Cpu).unwrap()
+    }
+
+    fn params(max_tokens: usize, stop: &[u32]) -> GenerateParams {
+        GenerateParams {
+            sampling: SamplingParams::default(),
+            max_tokens,
+            stop: stop.to_vec(),
+        }
+    }
+
+    fn requests(prompts: &[Vec<u32>], seed: u64) -> Vec<GenerateRequest> {
+        prompts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| GenerateRequest {
+                prompt: p.clone(),
+                seed: seed + i as u64,
+                session: Some(i as u64),
+            })
+            .collect()
+    }
+
+    /// Per-position log-probs of `tokens` under a full forward pass (the trainer's view).
+    fn score(model: &TinyAgent, tokens: &[u32]) -> Vec<f32> {
+        let ids = Tensor::from_vec(tokens.to_vec(), (1, tokens.len()), &Device::Cpu).unwrap();
+        let logits = model.forward(&ids).unwrap().logits.i(0).unwrap();
+        let logp = candle_core::Tensor::log_sum_exp(&logits, 1).unwrap();
+        let rows = logits.to_vec2::<f32>().unwrap();
+        let lse = logp.to_vec1::<f32>().unwrap();
+        let mut out = vec![0.0];
+        for (pos, &tok) in tokens.iter().enumerate().skip(1) {
+            out.push(rows[pos - 1][tok as usize] - lse[pos - 1]);
+        }
+        out
+    }
+
+    #[test]
+    fn sampled_logprobs_agree_with_the_full_forward_pass() {
+        let model = model();
+        let prompts = vec![vec![1, 2, 3], vec![4, 5, 6, 7, 8], vec![9]];
+        let mut engine = LocalEngine::new(&model);
+        let gens = engine.generate(&requests(&prompts, 0), &params(12, &[18])).unwrap();
+        for (prompt, gen) in prompts.iter().zip(&gens) {
+            assert!(!gen.tokens.is_empty());
+            assert_eq!(gen.logprob_kind, LogprobKind::TemperatureScaled);
+            let mut seq = prompt.clone();
+            seq.extend(&gen.tokens);
+            let scored = score(&model, &seq);
+            for (k, lp) in gen.logprobs.iter().enumerate() {
+                let want = scored[prompt.len() + k];
+                assert!((lp - want).abs() < 1e-5, "token {k}: engine {lp} vs trainer {want}");
+            }
+        }
+    }
+
+    #[test]
+    fn sampling_is_seeded_per_row_and_respects_stop_and_length() {
+        let model = model();
+        let prompts = vec![vec![1, 2], vec![3]];
+        let run = |seed| {
+            let mut engine = LocalEngine::new(&model);
+            engine.generate(&requests(&prompts, seed), &params(10, &[5, 6, 7])).unwrap()
+        };
+        assert_eq!(run(3), run(3));
+        assert!((0..8).any(|s| run(s) != run(3)), "different seeds should differ");
+        // A row's sample does not depend on its batch neighbours.
+        let mut alone = LocalEngine::new(&model);
+        let single = alone
+            .generate(&requests(&prompts[1..], 4), &params(10, &[5, 6, 7]))
+            .unwrap();
+        assert_eq!(single[0], run(3)[1]);
+        for gen in run(4) {
+            assert!(gen.tokens.len() <= 10);
+            let stops = gen.tokens.iter().filter(|t| [5, 6, 7].contains(*t)).count();
+            assert_eq!(stops, usize::from(gen.finish == FinishReason::Stop));
+        }
+    }
+
+    #[test]
+    fn prefix_caching_gives_the_same_samples_as_a_cold_start() {
+        let model = model();
+        let prompts = vec![vec![1, 2, 3], vec![4, 5]];
+        let mut warm = LocalEngine::new(&model);
+        let first = warm.generate(&requests(&prompts, 0), &params(3, &[])).unwrap();
+        // The next turn: each prompt extended by its completion and an "observation".
+        let next: Vec<Vec<u32>> = prompts
+            .iter()
+            .zip(&first)
+            .map(|(p, c)| {
+                let mut v = p.clone();
+                v.extend(&c.tokens);
+                v.extend([10, 11]);
+                v
+            })
+            .collect();
+        // Reversed order, to exercise the row reordering.
+        let mut reqs = requests(&next, 7);
+        reqs.reverse();
+        let warm_next = warm.generate(&reqs, &params(4, &[])).unwrap();
+        let mut cold = LocalEngine::new(&model);
+        let cold_next = cold.generate(&reqs, &params(4, &[])).unwrap();
+        assert_eq!(warm_next.len(), 2);
+        for (w, c) in warm_next.iter().zip(&cold_next) {
+            assert_eq!(w.tokens, c.tokens);
+            for (a, b) in w.logprobs.iter().zip(&c.logprobs) {
+                assert!((a - b).abs() < 1e-5);
+            }
+        }
+    }
+
+    #[test]
+    fn rejects_bad_settings_and_overlong_prompts() {
+        let model = model();
+        let mut engine = LocalEngine::new(&model);
+        let mut bad = params(4, &[]);
+        bad.sampling.top_p = 0.0;
+        assert!(engine.generate(&requests(&[vec![1]], 0), &bad).is_err());
+        assert!(engine.generate(&requests(&[vec![1; 64]], 0), &params(8, &[])).is_err());
+        assert!(engine.generate(&requests(&[vec![]], 0), &params(8, &[])).is_err());
+        let err = engine
+            .sync_weights(&WeightSync::FullWeights {
+                dir: "x".into(),
+                version: 1,
+            })
+            .unwrap_err();
+        assert!(err.to_string().contains("in place"));
+        engine.sync_weights(&WeightSync::Shared { version: 3 }).unwrap();
+        assert_eq!(engine.weight_version(), 3);
+    }
+}

@@ -1,0 +1,175 @@
+//! Evaluation of a policy on a split: hidden-test solve rate, pass@1 and pass@k, hacking rate
+//! and format-error rate (ALGORITHMS.md §16).
+//!
+//! Data flow: the trainer (or `agentrl eval`) samples `n` episodes per task of a split through
+//! the rollout driver; each episode's [`EpisodeOutcome`] (its reward counts and format errors) is
+//! summarised here into an [`EvalReport`]. pass@k uses the unbiased estimator from
+//! `agentrl-rl` over each task's `n` samples, with correctness = every hidden test passes.
+
+use std::collections::BTreeMap;
+
+use agentrl_gym::Reward;
+use serde::{Deserialize, Serialize};
+
+/// What evaluation needs to know about one finished episode.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EpisodeOutcome {
+    pub task_id: String,
+    pub reward: Reward,
+    /// Actions the policy took (turns), and how many of them were malformed.
+    pub actions: u32,
+    pub format_errors: u32,
+}
+
+impl EpisodeOutcome {
+    /// The outcome of a finished episode.
+    pub fn of(episode: &crate::Episode) -> Self {
+        Self {
+            task_id: episode.task_id.clone(),
+            reward: episode.reward.clone(),
+            actions: episode.turns,
+            format_errors: episode.format_errors,
+        }
+    }
+}
+
+/// Solve rates and friends on one split.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalReport {
+    pub split: String,
+    pub tasks: usize,
+    /// Samples per task (the `n` of pass@k).
+    pub samples: usize,
+    /// Share of episodes whose hidden tests all pass (equals pass@1).
+    pub hidden_solve_rate: f64,
+    /// Share of episodes whose public tests all pass (what a hackable reward would see).
+    pub public_solve_rate: f64,
+    pub pass_at_1: f64,
+    /// pass@k for `k = samples` (the largest k the samples support).
+    pub k: usize,
+    pub pass_at_k: f64,
+    /// Share of episodes that pass the public tests but fail the hidden ones.
+    pub hacking_rate: f64,
+    /// Malformed actions over all actions.
+    pub format_error_rate: f64,
+    pub mean_turns: f64,
+    /// Hidden solve rate of each task, by task id (which tasks the policy has and lacks).
+    pub per_task: BTreeMap<String, f64>,
+}
+
+/// Summarises the episodes of one split. Every task must have the same number of samples
+/// (pass@k is per task over its `n` samples).
+pub fn summarize(split: &str, outcomes: &[EpisodeOutcome], k: usize) -> anyhow::Result<EvalReport> {
+    anyhow::ensure!(
+        !outcomes.is_empty(),
+        "evaluation of split {split}: no episodes"
+    );
+    let mut per_task: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    for o in outcomes {
+        let entry = per_task.entry(o.task_id.as_str()).or_default();
+        entry.0 += 1;
+        entry.1 += usize::from(o.reward.solved());
+    }
+    let n = per_task.values().next().map_or(0, |v| v.0);
+    if let Some((task, (m, _))) = per_task.iter().find(|(_, v)| v.0 != n) {
+        anyhow::bail!("evaluation of split {split}: task {task} has {m} samples, others {n}");
+    }
+    anyhow::ensure!(
+        k >= 1 && k <= n,
+        "evaluation of split {split}: pass@{k} needs 1 <= k <= samples per task ({n})"
+    );
+    let tasks = per_task.len();
+    let counts: Vec<(usize, usize)> = per_task.values().copied().collect();
+    let pass_at_1 = agentrl_rl::mean_pass_at_k(&counts, 1)?;
+    let pass_at_k = agentrl_rl::mean_pass_at_k(&counts, k)?;
+    let episodes = outcomes.len() as f64;
+    let count =
+        |f: &dyn Fn(&EpisodeOutcome) -> bool| outcomes.iter().filter(|o| f(o)).count() as f64;
+    let actions: u64 = outcomes.iter().map(|o| u64::from(o.actions)).sum();
+    let format_errors: u64 = outcomes.iter().map(|o| u64::from(o.format_errors)).sum();
+    Ok(EvalReport {
+        split: split.to_string(),
+        tasks,
+        samples: n,
+        hidden_solve_rate: count(&|o| o.reward.solved()) / episodes,
+        public_solve_rate: count(&|o| {
+            o.reward.public_total > 0 && o.reward.public_passed == o.reward.public_total
+        }) / episodes,
+        pass_at_1,
+        k,
+        pass_at_k,
+        hacking_rate: count(&|o| o.reward.hacked()) / episodes,
+        format_error_rate: if actions == 0 {
+            0.0
+        } else {
+            format_errors as f64 / actions as f64
+        },
+        mean_turns: actions as f64 / episodes,
+        per_task: per_task
+            .iter()
+            .map(|(task, &(m, solved))| (task.to_string(), solved as f64 / m as f64))
+            .collect(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(task: &str, solved: bool, hacked: bool, format_errors: u32) -> EpisodeOutcome {
+        let reward = Reward {
+            score: f32::from(u8::from(solved)),
+            public_passed: if solved || hacked { 3 } else { 1 },
+            public_total: 3,
+            hidden_passed: if solved { 5 } else { 2 },
+            hidden_total: 5,
+            tampered: hacked,
+            format_errors,
+        };
+        EpisodeOutcome {
+            task_id: task.into(),
+            reward,
+            actions: 4,
+            format_errors,
+        }
+    }
+
+    #[test]
+    fn rates_and_pass_at_k() -> anyhow::Result<()> {
+        // Task a: 1 of 2 solved; task b: 0 of 2 (one hacked, one with a format error).
+        let eps = vec![
+            outcome("a", true, false, 0),
+            outcome("a", false, false, 0),
+            outcome("b", false, true, 0),
+            outcome("b", false, false, 2),
+        ];
+        let r = summarize("train", &eps, 2)?;
+        assert_eq!((r.tasks, r.samples, r.k), (2, 2, 2));
+        assert!((r.hidden_solve_rate - 0.25).abs() < 1e-12);
+        assert!((r.pass_at_1 - 0.25).abs() < 1e-12);
+        // pass@2: task a certainly solved in 2 of its 2 samples, b never.
+        assert!((r.pass_at_k - 0.5).abs() < 1e-12);
+        assert!((r.hacking_rate - 0.25).abs() < 1e-12);
+        assert!((r.public_solve_rate - 0.5).abs() < 1e-12);
+        assert!((r.format_error_rate - 2.0 / 16.0).abs() < 1e-12);
+        assert_eq!(r.per_task["a"], 0.5);
+        assert_eq!(r.per_task["b"], 0.0);
+        Ok(())
+    }
+
+    #[test]
+    fn uneven_samples_and_bad_k_are_errors() {
+        let eps = vec![
+            outcome("a", true, false, 0),
+            outcome("a", true, false, 0),
+            outcome("b", true, false, 0),
+        ];
+        assert!(summarize("s", &eps, 1)
+            .unwrap_err()
+            .to_string()
+            .contains("samples"));
+        let eps = vec![outcome("a", true, false, 0)];
+        assert!(summarize("s", &eps, 2).is_err());
+        assert!(summarize("s", &[], 1).is_err());
+    }
+}

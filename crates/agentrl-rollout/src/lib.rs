@@ -1,0 +1,22 @@
+//! # agentrl-rollout: from tasks to training batches
+//!
+//! Data flow: a task id → [`driver::run_groups`] (an `Engine` samples each turn, a
+//! `ChatCodec` renders and parses, an `Env` steps) → [`episode::Episode`]s, every token with
+//! its source, turn and sampling log-prob → [`batch::Batch`], the padded tensors the update
+//! consumes. [`shuffle`] holds env wrappers that augment training episodes, and [`eval`]
+//! summarises episodes of a split into solve rates and pass@k.
+//!
+//! Not here: the losses and the optimizer (`agentrl-train`, `agentrl-rl`), models
+//! (`agentrl-model`), how a token is drawn (`agentrl-engine`).
+
+pub mod batch;
+pub mod driver;
+pub mod episode;
+pub mod eval;
+pub mod shuffle;
+
+pub use batch::Batch;
+pub use driver::{run_episodes, run_groups, EpisodeJob, RolloutLimits};
+pub use episode::{Episode, TokenSource};
+pub use eval::{summarize, EpisodeOutcome, EvalReport};
+pub use shuffle::ShuffledCandidates;

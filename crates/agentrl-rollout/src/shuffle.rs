@@ -1,0 +1,180 @@
+//! Candidate-order augmentation for training rollouts: an [`Env`] wrapper that shows a task's
+//! candidate edits in a fresh random order each episode and maps the policy's `edit {candidate:
+//! k}` back to the real index.
+//!
+//! Why: the gym shuffles candidates once per task, so on the train split the fix sits at a
+//! fixed position per task and a small policy can score by remembering positions (the greedy
+//! policy collapsed onto `edit C2`, the most common fix slot, and never used the candidates'
+//! content). Reordering every episode makes position carry no reward, so the only signal left
+//! is the content of the candidates, which is what transfers to unseen tasks. Evaluation runs
+//! on the unwrapped env, in the gym's own order.
+//!
+//! Sits between the trainer's rollout sampler (`agentrl_train::recipes::rl`) and `BugFixEnv`; the
+//! episode records the tokens of the shuffled view, which is what the policy saw.
+
+use agentrl_gym::{Action, Env, Observation, Step};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+/// Wraps an env; each `reset` draws a new permutation from its own seeded stream.
+pub struct ShuffledCandidates<E> {
+    inner: E,
+    rng: ChaCha8Rng,
+    /// `shown[j]` = real index of the candidate shown at position `j` this episode.
+    shown: Vec<usize>,
+}
+
+impl<E: Env> ShuffledCandidates<E> {
+    pub fn new(inner: E, seed: u64) -> Self {
+        Self {
+            inner,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            shown: Vec::new(),
+        }
+    }
+
+    /// The real candidate index behind shown position `k` (out-of-range stays as is, so the
+    /// gym reports its own bad-candidate error).
+    fn real_index(&self, k: usize) -> usize {
+        self.shown.get(k).copied().unwrap_or(k)
+    }
+
+    /// The shown position of real candidate `k`.
+    fn shown_index(&self, k: usize) -> usize {
+        self.shown.iter().position(|&r| r == k).unwrap_or(k)
+    }
+
+    fn translate_action(&self, action: &Action) -> Action {
+        let Action::Call(call) = action else {
+            return action.clone();
+        };
+        let mut call = call.clone();
+        if call.name == "edit" {
+            if let Some(k) = call.arguments.get("candidate").and_then(|v| v.as_u64()) {
+                let real = self.real_index(k as usize) as u64;
+                call.arguments["candidate"] = serde_json::json!(real);
+            }
+        }
+        Action::Call(call)
+    }
+}
+
+impl<E: Env> Env for ShuffledCandidates<E> {
+    type Error = E::Error;
+
+    fn reset(&mut self, task_id: &str) -> Result<Observation, Self::Error> {
+        let observation = self.inner.reset(task_id)?;
+        Ok(match observation {
+            Observation::Task {
+                task_id,
+                prompt,
+                files,
+                candidates,
+            } => {
+                self.shown = (0..candidates.len()).collect();
+                self.shown.shuffle(&mut self.rng);
+                let candidates = self.shown.iter().map(|&r| candidates[r].clone()).collect();
+                Observation::Task {
+                    task_id,
+                    prompt,
+                    files,
+                    candidates,
+                }
+            }
+            other => {
+                self.shown.clear();
+                other
+            }
+        })
+    }
+
+    fn step(&mut self, action: &Action) -> Result<Step, Self::Error> {
+        let mut step = self.inner.step(&self.translate_action(action))?;
+        if let Observation::Edited {
+            candidate: Some(k), ..
+        } = &mut step.observation
+        {
+            *k = self.shown_index(*k);
+        }
+        Ok(step)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentrl_gym::{CandidateEdit, Reward, ToolCall};
+
+    /// A fake env with three candidates that records the candidate each edit applied.
+    struct Recorder {
+        applied: Vec<usize>,
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("never")]
+    struct Never;
+
+    impl Env for Recorder {
+        type Error = Never;
+        fn reset(&mut self, task_id: &str) -> Result<Observation, Never> {
+            Ok(Observation::Task {
+                task_id: task_id.into(),
+                prompt: String::new(),
+                files: vec![],
+                candidates: (0..3)
+                    .map(|i| CandidateEdit {
+                        path: "m.py".into(),
+                        old: format!("old{i}\n"),
+                        new: format!("new{i}\n"),
+                    })
+                    .collect(),
+            })
+        }
+        fn step(&mut self, action: &Action) -> Result<Step, Never> {
+            let Action::Call(call) = action else {
+                unreachable!("the test sends calls only")
+            };
+            let k = call.arguments["candidate"].as_u64().unwrap_or(99) as usize;
+            self.applied.push(k);
+            Ok(Step {
+                observation: Observation::Edited {
+                    path: "m.py".into(),
+                    candidate: Some(k),
+                    summary: String::new(),
+                },
+                done: false,
+                reward: None::<Reward>,
+            })
+        }
+    }
+
+    #[test]
+    fn edits_map_back_to_the_candidate_that_was_shown() {
+        let mut env = ShuffledCandidates::new(Recorder { applied: vec![] }, 7);
+        let mut orders = Vec::new();
+        for _ in 0..8 {
+            let Observation::Task { candidates, .. } = env.reset("t").unwrap() else {
+                panic!("task observation expected")
+            };
+            let order: Vec<String> = candidates.iter().map(|c| c.new.clone()).collect();
+            for (shown, candidate) in candidates.iter().enumerate() {
+                let edit = Action::Call(ToolCall {
+                    name: "edit".into(),
+                    arguments: serde_json::json!({ "candidate": shown }),
+                });
+                let step = env.step(&edit).unwrap();
+                let real = *env.inner.applied.last().unwrap();
+                assert_eq!(candidate.new, format!("new{real}\n"));
+                assert!(matches!(
+                    step.observation,
+                    Observation::Edited { candidate: Some(k), .. } if k == shown
+                ));
+            }
+            orders.push(order);
+        }
+        orders.sort();
+        orders.dedup();
+        assert!(orders.len() > 1, "the order never changed: {orders:?}");
+    }
+}

@@ -1,0 +1,13 @@
+//! # agentrl-run: what a run leaves on disk
+//!
+//! The run directory's layout and contract ([`run_dir`]): the resolved config, one metrics
+//! line per training step, sampled episodes as JSONL, checkpoints staged and renamed whole,
+//! and the summary, every file written atomically. Records are any `Serialize` type, so this
+//! crate knows nothing of tensors or models and builds in seconds.
+//!
+//! Where it sits: at the end of the data flow. The trainer (`agentrl-train`) writes here;
+//! evaluation, the dashboard and the doctor read from here.
+
+pub mod run_dir;
+
+pub use run_dir::{write_atomic, write_atomic_with, CheckpointPaths, RunDir, TrainState};

@@ -1,0 +1,162 @@
+//! Loading a config: `configs/default.toml` (compiled in), a file layered on it, then
+//! `--set section.key=value` overrides, each checked as it is applied so an error names the
+//! file or the override at fault.
+
+use std::path::Path;
+
+use anyhow::{bail, Context};
+use serde::Deserialize;
+
+use super::schema::{
+    AlgorithmConfig, Config, EvalConfig, ModelConfig, OptimConfig, RewardConfig, RolloutConfig,
+    TrainConfig,
+};
+
+/// `configs/default.toml`: the base every config file is layered on, the whole config of
+/// `agentrl train` without `--config`, and the one source of every default.
+pub const DEFAULT_CONFIG_TOML: &str = include_str!("../../../../configs/default.toml");
+
+impl Config {
+    /// The built-in default config (`configs/default.toml`).
+    pub fn builtin() -> anyhow::Result<Self> {
+        load_config(None, &[])
+    }
+}
+
+impl Default for Config {
+    /// [`Config::builtin`]. The built-in file is compiled in and a test loads it, so this
+    /// cannot fail at run time.
+    #[allow(clippy::expect_used)]
+    fn default() -> Self {
+        Config::builtin().expect("the built-in configs/default.toml is a valid config")
+    }
+}
+
+fn default_table() -> anyhow::Result<toml::Table> {
+    toml::from_str(DEFAULT_CONFIG_TOML).context("parsing the built-in configs/default.toml")
+}
+
+/// Loads the config: the built-in default, with the file at `path` layered on top (tables
+/// merge key by key; a file that names another algorithm starts from that algorithm's preset,
+/// not from the default's knobs), then each `--set key.path=value` override (value parsed as
+/// TOML, falling back to a string).
+pub fn load_config(path: Option<&Path>, overrides: &[String]) -> anyhow::Result<Config> {
+    let mut raw = default_table()?;
+    let sections: Vec<String> = raw.keys().cloned().collect();
+    if let Some(path) = path {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config {}", path.display()))?;
+        let layer: toml::Table =
+            toml::from_str(&text).with_context(|| format!("parsing config {}", path.display()))?;
+        merge_layer(&mut raw, layer);
+        for section in raw.keys() {
+            check_section(&raw, section, &sections)
+                .with_context(|| format!("invalid config {}", path.display()))?;
+        }
+    }
+    for item in overrides {
+        let section = apply_override(&mut raw, item)?;
+        check_section(&raw, &section, &sections).with_context(|| format!("--set {item}"))?;
+    }
+    from_table(raw, path.map_or("configs/default.toml".into(), |p| p.display().to_string()))
+}
+
+/// Parses a complete config file as written to a run directory (no layering: every key must
+/// be there, so a truncated file is an error that names it).
+pub fn parse_config_file(path: &Path) -> anyhow::Result<Config> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let raw: toml::Table =
+        toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    from_table(raw, path.display().to_string())
+}
+
+fn from_table(raw: toml::Table, origin: String) -> anyhow::Result<Config> {
+    Config::deserialize(toml::Value::Table(raw))
+        .map_err(|err| anyhow::anyhow!("invalid config ({origin}): {err}"))
+}
+
+/// Deserialises one section on its own, so an error can name the section.
+fn check_section(raw: &toml::Table, section: &str, known: &[String]) -> anyhow::Result<()> {
+    if !known.iter().any(|k| k == section) {
+        bail!(
+            "unknown section `[{section}]`; the sections are {}",
+            known.join(", ")
+        );
+    }
+    let Some(value) = raw.get(section).cloned() else {
+        return Ok(());
+    };
+    let result = match section {
+        "model" => ModelConfig::deserialize(value).map(drop),
+        "sampling" => agentrl_engine::SamplingParams::deserialize(value).map(drop),
+        "algorithm" => AlgorithmConfig::deserialize(value).map(drop),
+        "optim" => OptimConfig::deserialize(value).map(drop),
+        "rollout" => RolloutConfig::deserialize(value).map(drop),
+        "train" => TrainConfig::deserialize(value).map(drop),
+        "reward" => RewardConfig::deserialize(value).map(drop),
+        "eval" => EvalConfig::deserialize(value).map(drop),
+        _ => Ok(()),
+    };
+    result.map_err(|e| anyhow::anyhow!("[{section}]: {e}"))
+}
+
+/// Overlays `layer` onto `base`: nested tables merge, everything else replaces. An
+/// `[algorithm]` layer that names an algorithm replaces the whole section, so the knobs of
+/// one preset never leak into another.
+fn merge_layer(base: &mut toml::Table, layer: toml::Table) {
+    for (key, value) in layer {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(_)), toml::Value::Table(layer_inner))
+                if key == "algorithm" && layer_inner.contains_key("name") =>
+            {
+                base.insert(key, toml::Value::Table(layer_inner));
+            }
+            (Some(toml::Value::Table(inner)), toml::Value::Table(layer_inner)) => {
+                merge_layer(inner, layer_inner)
+            }
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
+
+/// Applies one `section.key=value` override to a raw TOML table; returns the section.
+pub fn apply_override(raw: &mut toml::Table, item: &str) -> anyhow::Result<String> {
+    let (key, value_text) = item
+        .split_once('=')
+        .with_context(|| format!("--set {item:?}: expected key.path=value"))?;
+    let key = key.trim();
+    let value_text = value_text.trim();
+    let parts: Vec<&str> = key.split('.').collect();
+    let [section, field] = parts.as_slice() else {
+        bail!("--set {item:?}: unknown key `{key}`: keys are `section.field`, e.g. `optim.lr`");
+    };
+    if section.is_empty() || field.is_empty() {
+        bail!("--set {item:?}: empty component in key {key:?}");
+    }
+    let value = parse_override_value(value_text);
+    let table = raw
+        .entry(section.to_string())
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+        .as_table_mut()
+        .with_context(|| format!("--set {item:?}: `{section}` is not a table"))?;
+    if *section == "algorithm" && *field == "name" {
+        // A new algorithm starts from its own preset: earlier knob overrides of another
+        // preset are dropped, as when a config file names the algorithm.
+        table.clear();
+    }
+    table.insert(field.to_string(), value);
+    Ok(section.to_string())
+}
+
+/// A value as TOML (`3`, `0.5`, `true`, `"x"`, `[1, 2]`), else the raw text as a string.
+fn parse_override_value(text: &str) -> toml::Value {
+    match toml::from_str::<toml::Table>(&format!("v = {text}")) {
+        Ok(mut table) => table
+            .remove("v")
+            .unwrap_or(toml::Value::String(text.into())),
+        Err(_) => toml::Value::String(text.into()),
+    }
+}

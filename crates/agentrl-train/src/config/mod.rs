@@ -1,0 +1,179 @@
+//! The run configuration: one TOML file (`configs/*.toml`) plus `--set key.path=value`
+//! overrides, layered on `configs/default.toml`.
+//!
+//! Data flow: `configs/X.toml` → [`load::load_config`] (layering; each override checked as it
+//! is applied, so an unknown key is reported by name with the valid keys) → [`Config`], whose
+//! `[algorithm]` section is the preset's [`crate::algo::Knobs`] with the user's keys merged on
+//! top → [`Config::validate`] (errors and warnings) → the trainer, which writes
+//! [`Config::to_toml`] (every knob written out) into the run directory.
+
+pub mod load;
+pub mod schema;
+pub mod validate;
+
+pub use load::{apply_override, load_config, parse_config_file, DEFAULT_CONFIG_TOML};
+pub use schema::{
+    AlgorithmConfig, Config, EvalConfig, ModelConfig, OptimConfig, RewardConfig, RewardKind,
+    RolloutConfig, ScheduleKind, TrainConfig,
+};
+pub use validate::Validation;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(sets: &[&str]) -> anyhow::Result<Config> {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        load_config(None, &sets)
+    }
+
+    fn errors_of(sets: &[&str]) -> Vec<String> {
+        with(sets).expect("config loads").validate().errors
+    }
+
+    #[test]
+    fn every_shipped_config_loads_and_validates() -> anyhow::Result<()> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+        let mut seen = Vec::new();
+        for entry in std::fs::read_dir(&dir)? {
+            let path = entry?.path();
+            let config = load_config(Some(&path), &[])?;
+            let v = config.validate();
+            assert!(v.errors.is_empty(), "{}: {:?}", path.display(), v.errors);
+            // The resolved config round-trips through TOML unchanged.
+            let resolved = config.resolved_config();
+            let back: Config = toml::from_str(&resolved.to_toml()?)?;
+            assert_eq!(back, resolved, "{}", path.display());
+            assert_eq!(back.resolve(), config.resolve());
+            seen.push(config.algorithm.name);
+        }
+        for algorithm in crate::algo::ALL {
+            assert!(seen.contains(&algorithm), "no config file for {algorithm}");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn overrides_parse_values_as_toml_or_strings() -> anyhow::Result<()> {
+        let c = with(&[
+            "optim.lr=0.01",
+            "rollout.group_size=3",
+            "algorithm.name=ppo",
+            "algorithm.agg=\"token-mean\"",
+            "train.run_name=my-run",
+            "optim.schedule=cosine",
+        ])?;
+        assert_eq!(c.optim.lr, 0.01);
+        assert_eq!(c.rollout.group_size, 3);
+        assert_eq!(c.algorithm.name, Algorithm::Ppo);
+        assert_eq!(c.algorithm.agg, Some(AggMode::TokenMean));
+        assert_eq!(c.train.run_name.as_deref(), Some("my-run"));
+        assert_eq!(c.optim.schedule, ScheduleKind::Cosine);
+        Ok(())
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_named() {
+        let err = with(&["optim.lrr=1"]).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains("optim.lrr") && msg.contains("lr"), "{msg}");
+        let err = with(&["optimizer.lr=1"]).unwrap_err();
+        assert!(format!("{err:#}").contains("optimizer"), "{err:#}");
+        let err = with(&["lr=1"]).unwrap_err();
+        assert!(format!("{err:#}").contains("`lr`"), "{err:#}");
+        let err = with(&["optim.lr"]).unwrap_err();
+        assert!(format!("{err:#}").contains("key.path=value"), "{err:#}");
+        let err = with(&["algorithm.name=sarsa"]).unwrap_err();
+        assert!(format!("{err:#}").contains("sarsa"), "{err:#}");
+        let err = with(&["rollout.group_size=many"]).unwrap_err();
+        assert!(format!("{err:#}").contains("group_size"), "{err:#}");
+    }
+
+    #[test]
+    fn a_config_file_with_an_unknown_key_is_rejected() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("bad.toml");
+        std::fs::write(&path, "[optim]\nlearning_rate = 1.0\n")?;
+        let err = load_config(Some(&path), &[]).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(
+            msg.contains("learning_rate") && msg.contains("bad.toml"),
+            "{msg}"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn nonsense_knob_combinations_are_errors() {
+        let cases: &[(&[&str], &str)] = &[
+            (
+                &["algorithm.name=gspo", "algorithm.ratio_level=token"],
+                "GSPO's ratio",
+            ),
+            (
+                &["algorithm.name=ppo", "algorithm.old_logprob_pass=false"],
+                "old_logprob_pass",
+            ),
+            (&["algorithm.epochs=3"], "old_logprob_pass"),
+            (
+                &["algorithm.name=dapo", "rollout.group_size=1"],
+                "dynamic_sampling",
+            ),
+            (&["algorithm.value_coef=0.5"], "no critic"),
+            (
+                &["algorithm.eps_low=0.3", "algorithm.eps_high=0.2"],
+                "eps_high",
+            ),
+            (&["algorithm.dual_clip_c=0.5"], "dual_clip_c"),
+            (
+                &["algorithm.ratio_level=sequence"],
+                "only implemented by gspo",
+            ),
+            (&["algorithm.name=rloo", "rollout.group_size=1"], "rloo"),
+            (&["model.d_model=30", "model.heads=4"], "multiple"),
+            (&["train.format_warmup_steps=60"], "no RL steps"),
+            (&["sampling.top_p=0"], "top_p"),
+        ];
+        for (sets, needle) in cases {
+            let errors = errors_of(sets);
+            assert!(
+                errors.iter().any(|e| e.contains(needle)),
+                "{sets:?}: expected an error containing {needle:?}, got {errors:?}"
+            );
+        }
+        assert!(with(&["algorithm.epochs=3"]).unwrap().validated().is_err());
+    }
+
+    #[test]
+    fn questionable_combinations_are_warnings() {
+        let c = with(&["algorithm.kl_coef=0.1", "algorithm.kl_estimator=k1"]).unwrap();
+        let v = c.validate();
+        assert!(v.errors.is_empty(), "{:?}", v.errors);
+        assert!(
+            v.warnings.iter().any(|w| w.contains("k1")),
+            "{:?}",
+            v.warnings
+        );
+        let v = with(&["algorithm.lam=0.9"]).unwrap().validate();
+        assert!(
+            v.warnings.iter().any(|w| w.contains("GAE")),
+            "{:?}",
+            v.warnings
+        );
+    }
+
+    #[test]
+    fn resolution_fills_preset_values_and_respects_overrides() {
+        let dapo = with(&["algorithm.name=dapo"]).unwrap().resolve();
+        assert_eq!((dapo.eps_low, dapo.eps_high), (0.2, 0.28));
+        assert!(dapo.dynamic_sampling);
+        assert_eq!(dapo.agg, AggMode::TokenMean);
+        // A symmetric clip_eps overrides both sides of the preset.
+        let r = with(&["algorithm.name=dapo", "algorithm.clip_eps=0.1"])
+            .unwrap()
+            .resolve();
+        assert_eq!((r.eps_low, r.eps_high), (0.1, 0.1));
+        let ppo = with(&["algorithm.name=ppo"]).unwrap().resolve();
+        assert!(ppo.old_logprob_pass && ppo.value_coef > 0.0 && ppo.epochs > 1);
+    }
+}

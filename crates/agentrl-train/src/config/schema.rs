@@ -1,0 +1,202 @@
+//! The run configuration's schema: one struct per TOML section.
+//!
+//! Every key of every section is required when a config is deserialised, and
+//! `configs/default.toml` (compiled in) lists them all: it is the one source of defaults, and
+//! every other file and `--set` is layered on it ([`super::load`]). Only the keys whose value
+//! may be "unset" are `Option`s.
+
+use serde::{Deserialize, Serialize};
+
+use agentrl_chat::tiny::grammar::ActionVocab;
+use agentrl_engine::SamplingParams;
+
+use crate::algo::{Algorithm, Knobs};
+
+/// Everything a run needs, section by section.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub model: ModelConfig,
+    /// How the engine samples actions during training rollouts.
+    pub sampling: SamplingParams,
+    pub algorithm: AlgorithmConfig,
+    pub optim: OptimConfig,
+    pub rollout: RolloutConfig,
+    pub train: TrainConfig,
+    pub reward: RewardConfig,
+    pub eval: EvalConfig,
+}
+
+/// TinyAgent's shape and action space. The vocabulary size comes from the tiny codec.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    pub d_model: usize,
+    pub layers: usize,
+    pub heads: usize,
+    pub mlp_ratio: usize,
+    /// Longest episode (prompt + all turns) in tokens; longer episodes are cut and flagged.
+    pub max_seq: usize,
+    /// Words the policy may emit (`agentrl_chat::tiny::grammar`): the call grammar, the 15
+    /// words of the call format, or the whole vocabulary.
+    pub action_vocab: ActionVocab,
+    /// Score the candidate arguments `C0…` with a pointer head (the decision state against
+    /// each candidate's span in the task observation) instead of the LM head's fixed rows, so
+    /// that choosing an edit means reading the candidates, not remembering a position.
+    pub pointer_head: bool,
+}
+
+/// `[algorithm]`: a preset name and its knobs, with the user's overrides merged on the
+/// preset ([`Knobs::resolve`]). Written out in full (every knob) when serialised.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AlgorithmConfig {
+    pub name: Algorithm,
+    #[serde(flatten)]
+    pub knobs: Knobs,
+    /// The knob keys the config set explicitly (for checks about knobs a preset ignores).
+    #[serde(skip)]
+    pub overridden: Vec<String>,
+}
+
+impl<'de> Deserialize<'de> for AlgorithmConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut table = toml::Table::deserialize(deserializer)?;
+        let name = match table.remove("name") {
+            Some(v) => Algorithm::deserialize(v).map_err(serde::de::Error::custom)?,
+            None => return Err(serde::de::Error::missing_field("name")),
+        };
+        let overridden = table.keys().cloned().collect();
+        let knobs = Knobs::resolve(name, &table).map_err(serde::de::Error::custom)?;
+        Ok(Self {
+            name,
+            knobs,
+            overridden,
+        })
+    }
+}
+
+/// Learning-rate schedule shape (ALGORITHMS.md does not prescribe one; these are the common three).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ScheduleKind {
+    Constant,
+    Linear,
+    Cosine,
+}
+
+/// AdamW with decoupled weight decay, global grad-norm clipping and an LR schedule.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OptimConfig {
+    pub lr: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+    /// Clip the global gradient L2 norm to this value; 0 disables clipping.
+    pub grad_clip: f64,
+    pub schedule: ScheduleKind,
+    pub warmup_steps: usize,
+    /// Floor of the linear/cosine decay as a fraction of `lr`.
+    pub min_lr_ratio: f64,
+}
+
+/// How many episodes one training step collects, and their limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RolloutConfig {
+    pub split: String,
+    pub tasks_per_step: usize,
+    /// G: episodes per task, for the group baselines.
+    pub group_size: usize,
+    pub max_turns: usize,
+    pub max_action_tokens: usize,
+    /// Task folder to use instead of the built-in tasks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks_dir: Option<String>,
+    /// Show each training episode the candidates in a fresh random order
+    /// (`agentrl_rollout::shuffle`), so position carries no reward and the policy must read
+    /// them.
+    pub shuffle_candidates: bool,
+}
+
+/// The loop: length, seeds, threads, and how often it evaluates, checkpoints and logs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainConfig {
+    pub steps: usize,
+    pub seed: u64,
+    /// Compute threads (rayon, which candle's CPU matmul uses); 0 = available parallelism.
+    /// Applied once per process, before any tensor work ([`crate::threads::apply`]).
+    pub threads: usize,
+    /// Evaluate the train split every N steps during training (0 = never).
+    pub eval_every: usize,
+    /// Write a checkpoint every N steps (0 = only at the end).
+    pub checkpoint_every: usize,
+    /// Write the sampled episodes of every N-th step to `episodes/` (0 = never).
+    pub episodes_every: usize,
+    /// Parent directory of run directories.
+    pub runs_root: String,
+    /// Run directory name; unset = a timestamp.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_name: Option<String>,
+    /// Stop early once the periodic train-split eval reaches this hidden solve rate (0 = never).
+    pub stop_at_solve_rate: f64,
+    /// The first N steps are format warm-up instead of RL: one supervised step each on
+    /// demonstrations of well-formed calls with a random tool and a random candidate (so they
+    /// teach the call syntax, never which edit is right). Counted in `steps`.
+    pub format_warmup_steps: usize,
+    /// Learning rate of the format warm-up steps (constant; `optim.lr` and its schedule take
+    /// over for RL).
+    pub format_warmup_lr: f64,
+}
+
+/// Which verdict becomes the training reward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RewardKind {
+    /// 1 if every hidden test passes (the verifier; cannot be gamed).
+    Hidden,
+    /// 1 if the workspace's public tests pass (trusts the workspace: hackable on purpose).
+    Public,
+    /// Fraction of hidden tests passed.
+    Fraction,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RewardConfig {
+    pub kind: RewardKind,
+    /// Subtracted from the score per malformed action.
+    pub format_penalty: f64,
+}
+
+impl RewardConfig {
+    /// The gym's reward function this section describes.
+    pub fn reward_fn(&self) -> agentrl_gym::RewardFn {
+        use agentrl_gym::RewardFn;
+        let base = match self.kind {
+            RewardKind::Hidden => RewardFn::HiddenPass,
+            RewardKind::Public => RewardFn::PublicPass,
+            RewardKind::Fraction => RewardFn::FractionPassed,
+        };
+        if self.format_penalty > 0.0 {
+            RewardFn::FormatPenalty {
+                inner: Box::new(base),
+                per_error: self.format_penalty as f32,
+            }
+        } else {
+            base
+        }
+    }
+}
+
+/// Evaluation: samples per task for pass@k, and the decoding temperature.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvalConfig {
+    /// Samples per task (n of pass@k); pass@k is reported for k = this value.
+    pub samples: usize,
+    /// 0 = greedy.
+    pub temperature: f64,
+}

@@ -1,0 +1,151 @@
+//! Config checks: sizes, ranges and knob combinations that cannot be what the user means
+//! (errors), or that some users do mean (warnings). Everything is checked before a run
+//! directory is created, so a bad config never leaves a directory behind.
+
+use anyhow::bail;
+
+use super::schema::Config;
+use crate::algo::StepShape;
+
+/// What [`Config::validate`] found: errors stop the run, warnings are printed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Validation {
+    pub errors: Vec<String>,
+    pub warnings: Vec<String>,
+}
+
+fn positive_finite(x: f64) -> bool {
+    x.is_finite() && x > 0.0
+}
+
+impl Config {
+    /// Checks sizes and knob combinations; the algorithm's own checks come from its preset
+    /// file.
+    pub fn validate(&self) -> Validation {
+        let a = &self.algorithm;
+        let shape = StepShape {
+            group_size: self.rollout.group_size,
+            tasks_per_step: self.rollout.tasks_per_step,
+        };
+        let found = a.name.check(&a.knobs, shape, &a.overridden);
+        let (mut errors, warnings) = (found.errors, found.warnings);
+
+        if self.rollout.group_size == 0 || self.rollout.tasks_per_step == 0 {
+            errors.push("rollout.group_size and rollout.tasks_per_step must be >= 1".into());
+        }
+        if self.rollout.max_turns == 0 || self.rollout.max_action_tokens == 0 {
+            errors.push("rollout.max_turns and rollout.max_action_tokens must be >= 1".into());
+        }
+        if !positive_finite(self.sampling.temperature) {
+            errors.push(
+                "sampling.temperature must be > 0 for training rollouts (the trainer scores \
+                 logits / T)"
+                    .into(),
+            );
+        }
+        if let Err(e) = self.sampling.validate() {
+            errors.push(e.to_string());
+        }
+        if !(self.eval.temperature.is_finite() && self.eval.temperature >= 0.0) {
+            errors.push(format!(
+                "eval.temperature = {} must be >= 0 (0 = greedy)",
+                self.eval.temperature
+            ));
+        }
+        let o = &self.optim;
+        if !positive_finite(o.lr) {
+            errors.push(format!("optim.lr = {} must be a positive number", o.lr));
+        }
+        if !(0.0..1.0).contains(&o.beta1) || !(0.0..1.0).contains(&o.beta2) {
+            errors.push("optim.beta1 and optim.beta2 must lie in [0, 1)".into());
+        }
+        if !positive_finite(o.eps) {
+            errors.push(format!(
+                "optim.eps = {} must be > 0 (it keeps AdamW's division finite)",
+                o.eps
+            ));
+        }
+        if !(o.weight_decay.is_finite() && o.weight_decay >= 0.0) {
+            errors.push(format!("optim.weight_decay = {} must be >= 0", o.weight_decay));
+        }
+        if !(o.grad_clip.is_finite() && o.grad_clip >= 0.0) {
+            errors.push("optim.grad_clip must be >= 0 (0 disables clipping)".into());
+        }
+        if !(0.0..=1.0).contains(&o.min_lr_ratio) {
+            errors.push(format!(
+                "optim.min_lr_ratio = {} must lie in [0, 1]",
+                o.min_lr_ratio
+            ));
+        }
+        let m = &self.model;
+        if m.d_model == 0 || m.layers == 0 || m.mlp_ratio == 0 || m.max_seq == 0 {
+            errors.push(
+                "model.d_model, model.layers, model.mlp_ratio and model.max_seq must be >= 1"
+                    .into(),
+            );
+        }
+        if m.heads == 0 || !crate::every(m.d_model, m.heads) {
+            errors.push(format!(
+                "model.d_model = {} must be a multiple of model.heads = {}",
+                m.d_model, m.heads
+            ));
+        }
+        if !(self.reward.format_penalty.is_finite() && self.reward.format_penalty >= 0.0) {
+            errors.push(format!(
+                "reward.format_penalty = {} must be >= 0 (it is subtracted per format error)",
+                self.reward.format_penalty
+            ));
+        }
+        if self.eval.samples == 0 {
+            errors.push("eval.samples must be >= 1".into());
+        }
+        let t = &self.train;
+        if t.steps == 0 {
+            errors.push("train.steps must be >= 1".into());
+        }
+        if t.format_warmup_steps > 0 && t.format_warmup_steps >= t.steps {
+            errors.push(format!(
+                "train.format_warmup_steps = {} leaves no RL steps of train.steps = {}",
+                t.format_warmup_steps, t.steps
+            ));
+        }
+        if !positive_finite(t.format_warmup_lr) {
+            errors.push(format!(
+                "train.format_warmup_lr must be > 0, got {}",
+                t.format_warmup_lr
+            ));
+        }
+        if !(0.0..=1.0).contains(&t.stop_at_solve_rate) {
+            errors.push(format!(
+                "train.stop_at_solve_rate = {} must lie in [0, 1]",
+                t.stop_at_solve_rate
+            ));
+        }
+        Validation { errors, warnings }
+    }
+
+    /// [`Config::validate`], failing on the error list and returning the warnings.
+    pub fn validated(&self) -> anyhow::Result<Vec<String>> {
+        let v = self.validate();
+        if !v.errors.is_empty() {
+            bail!("invalid config:\n  - {}", v.errors.join("\n  - "));
+        }
+        Ok(v.warnings)
+    }
+
+    /// Thread count after resolving `0` to the machine's available parallelism.
+    pub fn threads(&self) -> usize {
+        if self.train.threads > 0 {
+            self.train.threads
+        } else {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        }
+    }
+
+    /// The config as TOML, every knob written out (what the run directory stores and
+    /// `--print-config` prints).
+    pub fn to_toml(&self) -> anyhow::Result<String> {
+        use anyhow::Context;
+        toml::to_string_pretty(self).context("serialising the config as TOML")
+    }
+}

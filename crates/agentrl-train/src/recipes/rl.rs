@@ -1,0 +1,646 @@
+//! The training loop: TinyAgent, the BugFix gym and an algorithm preset, step after step, with
+//! metrics, sampled episodes and checkpoints in the run directory.
+//!
+//! One step: pick `tasks_per_step` tasks (an epoch-wise permutation of the split derived from
+//! `(seed, epoch)`) → sample a group of G episodes per task with the local engine →
+//! rewards (+ DAPO overlong shaping, dynamic sampling) → [`Batch`] → [`update`] → metrics line.
+//! Every random stream is derived from `(seed, step, purpose)`, so the step counter is the whole
+//! RNG state and a resumed run continues exactly where an uninterrupted one would be.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use agentrl_chat::tiny::grammar::bias_table;
+use agentrl_chat::tiny::{TinyCodec, MAX_CANDIDATES, TOOL_NAMES};
+use agentrl_engine::{Engine, LocalEngine, SamplingParams, WeightSync};
+use agentrl_gym::sandbox::Executor;
+use agentrl_gym::{Action, BugFixEnv, EnvConfig, OutcomeCache, Split, TaskSet, ToolCall};
+use agentrl_model::{ConstrainedPolicy, LogitBias, Policy, TinyAgent, TinyConfig};
+use agentrl_rl::KlController;
+use agentrl_rollout::{
+    run_groups, summarize, Batch, Episode, EpisodeOutcome, EvalReport, RolloutLimits,
+    ShuffledCandidates, TokenSource,
+};
+use agentrl_run::{write_atomic_with, RunDir, TrainState};
+use anyhow::{bail, Context};
+use candle_core::{Device, Var};
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::algo::{dapo, Algorithm, Knobs};
+use crate::config::{parse_config_file, Config};
+use crate::optim::{AdamW, AdamWParams};
+use crate::schedule::learning_rate;
+use crate::update::{supervised_update, update, UpdateMetrics, UpdateSetup};
+
+/// TinyAgent behind its action grammar: the policy the RL recipe trains.
+pub type TinyPolicy = ConstrainedPolicy<TinyAgent>;
+
+/// Purposes of the derived random streams (any distinct constants).
+const STREAM_TASKS: u64 = 0x7461_736b;
+const STREAM_ROLLOUT: u64 = 0x726f_6c6c;
+const STREAM_SHUFFLE: u64 = 0x7368_7566;
+const STREAM_EVAL: u64 = 0x6576_616c;
+const STREAM_WARMUP: u64 = 0x7761_726d;
+
+/// A generator for one purpose at one step: SplitMix64 over `(seed, step, purpose)`.
+pub fn stream(seed: u64, step: u64, purpose: u64) -> ChaCha8Rng {
+    fn mix(mut z: u64) -> u64 {
+        z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    ChaCha8Rng::seed_from_u64(mix(mix(mix(seed) ^ step) ^ purpose))
+}
+
+/// One line of `metrics.jsonl`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepRecord {
+    /// Steps completed after this one (1-based).
+    pub step: usize,
+    pub lr: f64,
+    pub episodes: usize,
+    /// Mean training reward (after shaping) of the step's episodes.
+    pub reward: f64,
+    pub hidden_solve_rate: f64,
+    pub public_solve_rate: f64,
+    pub hacking_rate: f64,
+    /// Malformed or rejected actions over all actions.
+    pub format_error_rate: f64,
+    pub episode_tokens: f64,
+    pub action_tokens: f64,
+    pub turns: f64,
+    pub truncated_rate: f64,
+    /// Groups dropped by dynamic sampling (DAPO), over all sampling rounds.
+    pub groups_dropped: usize,
+    pub kl_coef: f64,
+    #[serde(flatten)]
+    pub update: UpdateMetrics,
+    pub time_rollout_s: f64,
+    pub time_update_s: f64,
+    pub time_step_s: f64,
+    /// Loss of a format warm-up step (`train.format_warmup_steps`); such steps sample no
+    /// episodes, so their rollout figures are 0.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub format_warmup_loss: Option<f64>,
+    /// Periodic evaluation on the train split, when it ran at this step.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub eval: Option<EvalReport>,
+}
+
+/// Everything a run holds in memory.
+pub struct Trainer {
+    pub config: Config,
+    pub algorithm: Algorithm,
+    pub knobs: Knobs,
+    pub device: Device,
+    /// TinyAgent behind the action grammar (`model.action_vocab`).
+    pub policy: TinyPolicy,
+    reference: Option<TinyPolicy>,
+    optimizer: AdamW,
+    vars: Vec<Var>,
+    pub codec: TinyCodec,
+    tasks: Arc<TaskSet>,
+    train_ids: Vec<String>,
+    executor: Arc<dyn Executor>,
+    cache: Arc<OutcomeCache>,
+    kl: KlController,
+    pub state: TrainState,
+    pub run: RunDir,
+}
+
+impl Trainer {
+    /// A fresh run: validates the config, applies its thread count, creates the run directory
+    /// and writes the resolved config into it. Warnings from validation are returned for the
+    /// caller to show.
+    pub fn create(config: Config) -> anyhow::Result<(Self, Vec<String>)> {
+        let warnings = config.validated()?;
+        crate::threads::apply(config.threads())?;
+        let run = RunDir::create(
+            std::path::Path::new(&config.train.runs_root),
+            config.train.run_name.as_deref(),
+        )?;
+        run.write_config(&config.to_toml()?)?;
+        let trainer = Self::build(config, run)?;
+        Ok((trainer, warnings))
+    }
+
+    /// Continues the run in `path` from its newest complete checkpoint (or from scratch if it
+    /// has none), with the config stored in the run.
+    pub fn resume(path: &std::path::Path) -> anyhow::Result<Self> {
+        let run = RunDir::open(path)?;
+        let config = parse_config_file(&run.config_path())?;
+        config.validated()?;
+        crate::threads::apply(config.threads())?;
+        let mut trainer = Self::build(config, run)?;
+        if let Some((paths, state)) = trainer.run.latest_checkpoint()? {
+            trainer.policy.load(&paths.model)?;
+            trainer.optimizer.load(&paths.optimizer)?;
+            trainer.kl = kl_controller(&trainer.knobs, state.kl_coef)?;
+            trainer.state = state;
+        }
+        let step = trainer.state.step;
+        trainer.run.truncate_metrics_after(step)?;
+        Ok(trainer)
+    }
+
+    fn build(config: Config, run: RunDir) -> anyhow::Result<Self> {
+        let algorithm = config.algorithm.name;
+        let knobs = config.algorithm.knobs.clone();
+        // TinyAgent trains on the CPU: at its size, a GPU round trip per decoding step costs
+        // more than the step.
+        let device = Device::Cpu;
+        let codec = tiny_codec(config.rollout.max_action_tokens);
+        let model_cfg = tiny_config(&config, &codec);
+        let seed = config.train.seed;
+        let grammar = |codec: &TinyCodec| -> anyhow::Result<Option<LogitBias>> {
+            bias_table(codec, config.model.action_vocab)?
+                .map(|table| LogitBias::new(table, codec.vocab().len(), &device))
+                .transpose()
+                .map_err(anyhow::Error::from)
+        };
+        let policy = ConstrainedPolicy::new(
+            TinyAgent::new(model_cfg.clone(), seed, &device)?,
+            grammar(&codec)?,
+        );
+        // The reference is the initial policy: the same seed gives the same weights.
+        let reference = if knobs.kl_coef > 0.0 || knobs.kl_target.is_some() {
+            Some(ConstrainedPolicy::new(
+                TinyAgent::new(model_cfg, seed, &device)?,
+                grammar(&codec)?,
+            ))
+        } else {
+            None
+        };
+        let named = policy.trainable_vars();
+        let vars: Vec<Var> = named.iter().map(|(_, v)| v.clone()).collect();
+        let optimizer = AdamW::new(
+            named,
+            AdamWParams {
+                beta1: config.optim.beta1,
+                beta2: config.optim.beta2,
+                eps: config.optim.eps,
+                weight_decay: config.optim.weight_decay,
+            },
+        )?;
+        let tasks = Arc::new(load_tasks(&config)?);
+        let split = parse_split(&config.rollout.split)?;
+        let train_ids: Vec<String> = tasks.split(split).iter().map(|t| t.id.clone()).collect();
+        if train_ids.is_empty() {
+            bail!("rollout.split = {:?} has no tasks", config.rollout.split);
+        }
+        let kl = kl_controller(&knobs, knobs.kl_coef)?;
+        let state = TrainState {
+            step: 0,
+            seed,
+            threads: config.threads(),
+            kl_coef: knobs.kl_coef,
+            optimizer_steps: 0,
+            episodes_seen: 0,
+            train_seconds: 0.0,
+        };
+        Ok(Self {
+            algorithm,
+            knobs,
+            device,
+            policy,
+            reference,
+            optimizer,
+            vars,
+            codec,
+            tasks,
+            train_ids,
+            executor: agentrl_gym::sandbox::default_executor()
+                .context("starting the gym's sandbox executor")?,
+            cache: OutcomeCache::new(),
+            kl,
+            state,
+            run,
+            config,
+        })
+    }
+
+    /// The TinyAgent inside the policy.
+    pub fn model(&self) -> &TinyAgent {
+        self.policy.inner()
+    }
+
+    /// Tasks of training step `step`: consecutive slices of per-epoch permutations of the
+    /// training split.
+    pub fn tasks_for_step(&self, step: usize) -> Vec<String> {
+        let n = self.train_ids.len();
+        let per_step = self.config.rollout.tasks_per_step;
+        (0..per_step)
+            .map(|i| {
+                let position = step * per_step + i;
+                let epoch = position / n;
+                let mut order: Vec<usize> = (0..n).collect();
+                order.shuffle(&mut stream(
+                    self.config.train.seed,
+                    epoch as u64,
+                    STREAM_TASKS,
+                ));
+                self.train_ids[order[position % n]].clone()
+            })
+            .collect()
+    }
+
+    fn env_config(&self) -> EnvConfig {
+        EnvConfig {
+            max_turns: self.config.rollout.max_turns as u32,
+            reward: self.config.reward.reward_fn(),
+            ..EnvConfig::default()
+        }
+    }
+
+    fn rollout_limits(&self) -> RolloutLimits {
+        RolloutLimits {
+            max_episode_tokens: self.config.model.max_seq,
+            env_threads: self.config.threads().max(2),
+        }
+    }
+
+    fn envs(&self, count: usize) -> Vec<BugFixEnv> {
+        let config = self.env_config();
+        (0..count)
+            .map(|_| {
+                BugFixEnv::new(
+                    self.tasks.clone(),
+                    self.executor.clone(),
+                    self.cache.clone(),
+                    config.clone(),
+                )
+            })
+            .collect()
+    }
+
+    /// Samples `group_size` episodes of each task with the current policy through the local
+    /// engine; with `shuffle_candidates`, each episode sees the task's candidates in a fresh
+    /// order (training only, see `agentrl_rollout::shuffle`).
+    fn sample(
+        &self,
+        task_ids: &[String],
+        group_size: usize,
+        sampling: &SamplingParams,
+        shuffle_candidates: bool,
+        rng: &mut ChaCha8Rng,
+    ) -> anyhow::Result<Vec<Episode>> {
+        let mut engine = LocalEngine::new(&self.policy);
+        engine.sync_weights(&WeightSync::Shared {
+            version: self.state.step as u64,
+        })?;
+        let envs = self.envs(task_ids.len() * group_size);
+        let limits = self.rollout_limits();
+        if shuffle_candidates {
+            let mut envs: Vec<ShuffledCandidates<BugFixEnv>> = envs
+                .into_iter()
+                .map(|env| ShuffledCandidates::new(env, rng.random()))
+                .collect();
+            return run_groups(
+                &mut engine,
+                &self.codec,
+                sampling,
+                &limits,
+                &mut envs,
+                task_ids,
+                group_size,
+                rng,
+            );
+        }
+        let mut envs = envs;
+        run_groups(
+            &mut engine,
+            &self.codec,
+            sampling,
+            &limits,
+            &mut envs,
+            task_ids,
+            group_size,
+            rng,
+        )
+    }
+
+    /// The action-token budget of one episode (`L_max` of DAPO's overlong shaping and of
+    /// Dr. GRPO's normaliser).
+    fn action_budget(&self) -> usize {
+        self.config.rollout.max_turns * self.config.rollout.max_action_tokens
+    }
+
+    /// One training step; returns its metrics record (also appended to `metrics.jsonl`).
+    pub fn step(&mut self) -> anyhow::Result<StepRecord> {
+        if self.state.step < self.config.train.format_warmup_steps {
+            return self.format_warmup_step();
+        }
+        let started = Instant::now();
+        let step = self.state.step;
+        let seed = self.config.train.seed;
+        let group_size = self.config.rollout.group_size;
+        let per_step = self.config.rollout.tasks_per_step;
+
+        // Rollouts, refilled by extra rounds when dynamic sampling drops groups.
+        let mut rollout_rng = stream(seed, step as u64, STREAM_ROLLOUT);
+        let mut kept: Vec<(Episode, f32)> = Vec::new();
+        let mut all: Vec<Episode> = Vec::new();
+        let mut groups_dropped = 0;
+        let sampling = self.config.sampling.clone();
+        for round in 0..dapo::sampling_rounds(&self.knobs) {
+            let task_ids = if round == 0 {
+                self.tasks_for_step(step)
+            } else {
+                // Fresh draws from the split for the refill rounds.
+                let mut ids = self.train_ids.clone();
+                ids.shuffle(&mut rollout_rng);
+                ids.truncate(per_step);
+                ids
+            };
+            let mut episodes = self.sample(
+                &task_ids,
+                group_size,
+                &sampling,
+                self.config.rollout.shuffle_candidates,
+                &mut rollout_rng,
+            )?;
+            for ep in &mut episodes {
+                // Unique group ids across rounds.
+                ep.group_id += (round * per_step) as u32;
+            }
+            let mut rewards: Vec<f32> = episodes.iter().map(|e| e.reward.score).collect();
+            let lens: Vec<usize> = episodes.iter().map(Episode::action_tokens).collect();
+            dapo::shape_rewards(&self.knobs, &mut rewards, &lens, self.action_budget())?;
+            let groups: Vec<usize> = episodes.iter().map(|e| e.group_id as usize).collect();
+            let (keep, dropped) = dapo::keep_informative_groups(&self.knobs, &rewards, &groups)?;
+            groups_dropped += dropped;
+            for &i in &keep {
+                kept.push((episodes[i].clone(), rewards[i]));
+            }
+            all.extend(episodes);
+            if kept.len() >= per_step * group_size {
+                break;
+            }
+        }
+        let time_rollout_s = started.elapsed().as_secs_f64();
+
+        let update_started = Instant::now();
+        let lr = learning_rate(&self.config.optim, step, self.config.train.steps);
+        let update_metrics = if kept.is_empty() {
+            // Every group had equal rewards: no signal this step (DAPO would keep sampling).
+            UpdateMetrics::default()
+        } else {
+            let episodes: Vec<Episode> = kept.iter().map(|(e, _)| e.clone()).collect();
+            let mut batch = Batch::from_episodes(&episodes, self.codec.vocab().pad_id(), &self.device)?;
+            batch.rewards = kept.iter().map(|(_, r)| *r).collect();
+            let setup = UpdateSetup {
+                policy: &self.policy,
+                reference: self.reference.as_ref().map(|r| r as &dyn Policy),
+                algorithm: self.algorithm,
+                knobs: &self.knobs,
+                kl_coef: self.kl.value(),
+                temperature: self.config.sampling.temperature,
+                lr,
+                grad_clip: self.config.optim.grad_clip,
+                max_len: self.action_budget() as f64,
+            };
+            let mut shuffle = stream(seed, step as u64, STREAM_SHUFFLE);
+            update(&setup, &mut self.optimizer, &self.vars, &batch, &mut shuffle)?
+        };
+        if let Some(kl) = update_metrics.kl_ref {
+            self.kl.update(kl, 1)?;
+        }
+        let time_update_s = update_started.elapsed().as_secs_f64();
+
+        self.state.step += 1;
+        self.state.optimizer_steps = self.optimizer.steps_taken();
+        self.state.episodes_seen += all.len() as u64;
+        self.state.kl_coef = self.kl.value();
+        let time_step_s = started.elapsed().as_secs_f64();
+        self.state.train_seconds += time_step_s;
+
+        let every = self.config.train.episodes_every;
+        if crate::every(self.state.step, every) {
+            self.run.write_episodes(self.state.step, &all)?;
+        }
+        let n = all.len().max(1) as f64;
+        let mean = |f: &dyn Fn(&Episode) -> f64| all.iter().map(f).sum::<f64>() / n;
+        let actions: u64 = all.iter().map(|e| u64::from(e.turns)).sum();
+        let errors: u64 = all.iter().map(|e| u64::from(e.format_errors)).sum();
+        let record = StepRecord {
+            step: self.state.step,
+            lr,
+            episodes: all.len(),
+            reward: mean(&|e| f64::from(e.reward.score)),
+            hidden_solve_rate: mean(&|e| f64::from(u8::from(e.reward.solved()))),
+            public_solve_rate: mean(&|e| {
+                f64::from(u8::from(
+                    e.reward.public_total > 0 && e.reward.public_passed == e.reward.public_total,
+                ))
+            }),
+            hacking_rate: mean(&|e| f64::from(u8::from(e.reward.hacked()))),
+            format_error_rate: if actions == 0 {
+                0.0
+            } else {
+                errors as f64 / actions as f64
+            },
+            episode_tokens: mean(&|e| e.len() as f64),
+            action_tokens: mean(&|e| e.action_tokens() as f64),
+            turns: mean(&|e| f64::from(e.turns)),
+            truncated_rate: mean(&|e| f64::from(u8::from(e.truncated))),
+            groups_dropped,
+            kl_coef: self.kl.value(),
+            update: update_metrics,
+            time_rollout_s,
+            time_update_s,
+            time_step_s,
+            format_warmup_loss: None,
+            eval: None,
+        };
+        Ok(record)
+    }
+
+    /// Demonstrations for a format warm-up step: for each task of the step, `group_size`
+    /// episodes of the task prompt followed by one well-formed call with a uniformly random
+    /// tool (and, for `edit`, a random candidate the task lists).
+    fn format_demonstrations(&self, step: usize) -> anyhow::Result<Vec<Episode>> {
+        let mut rng = stream(self.config.train.seed, step as u64, STREAM_WARMUP);
+        let mut episodes = Vec::new();
+        for (group, task_id) in self.tasks_for_step(step).iter().enumerate() {
+            let task = self.tasks.get(task_id)?;
+            let prompt = self.codec.prompt_ids(&task.observation());
+            let listed = task.candidates.len().min(MAX_CANDIDATES);
+            for _ in 0..self.config.rollout.group_size {
+                let name = TOOL_NAMES[rng.random_range(0..TOOL_NAMES.len())];
+                let arguments = if name == "edit" && listed > 0 {
+                    serde_json::json!({ "candidate": rng.random_range(0..listed) })
+                } else {
+                    serde_json::json!({})
+                };
+                let call = ToolCall {
+                    name: name.to_string(),
+                    arguments,
+                };
+                let action = self
+                    .codec
+                    .encode_call(&call)
+                    .with_context(|| format!("format warm-up: cannot encode {call:?}"))?;
+                let mut episode = Episode::new(&task.id, group as u32);
+                for &t in &prompt {
+                    episode.push(t, TokenSource::Prompt, 0.0);
+                }
+                episode.turns = 1;
+                for &t in &action {
+                    episode.push(t, TokenSource::Action, 0.0);
+                }
+                episode.actions.push(Action::Call(call));
+                episodes.push(episode);
+            }
+        }
+        Ok(episodes)
+    }
+
+    /// A format warm-up step (see `train.format_warmup_steps`).
+    fn format_warmup_step(&mut self) -> anyhow::Result<StepRecord> {
+        let started = Instant::now();
+        let step = self.state.step;
+        let lr = self.config.train.format_warmup_lr;
+        let episodes = self.format_demonstrations(step)?;
+        let batch = Batch::from_episodes(&episodes, self.codec.vocab().pad_id(), &self.device)?;
+        let loss = supervised_update(
+            &self.policy,
+            &mut self.optimizer,
+            &self.vars,
+            &batch,
+            lr,
+            self.config.optim.grad_clip,
+        )?;
+        self.state.step += 1;
+        self.state.optimizer_steps = self.optimizer.steps_taken();
+        let time_step_s = started.elapsed().as_secs_f64();
+        self.state.train_seconds += time_step_s;
+        // A warm-up step samples no episodes: its rollout figures stay 0.
+        Ok(StepRecord {
+            step: self.state.step,
+            lr,
+            kl_coef: self.kl.value(),
+            update: UpdateMetrics {
+                loss,
+                optimizer_steps: 1,
+                ..UpdateMetrics::default()
+            },
+            time_update_s: time_step_s,
+            time_step_s,
+            format_warmup_loss: Some(loss),
+            ..StepRecord::default()
+        })
+    }
+
+    /// Appends a record to `metrics.jsonl`.
+    pub fn log(&self, record: &StepRecord) -> anyhow::Result<()> {
+        self.run.append_metrics(record)
+    }
+
+    /// Writes a checkpoint of the current step (model, optimizer, state), atomically.
+    pub fn checkpoint(&self) -> anyhow::Result<std::path::PathBuf> {
+        self.run.save_checkpoint(&self.state, |paths| {
+            write_atomic_with(&paths.model, |tmp| self.policy.save(tmp))?;
+            write_atomic_with(&paths.optimizer, |tmp| self.optimizer.save(tmp))?;
+            Ok(())
+        })
+    }
+
+    /// Evaluates the current policy on `split`: `samples` episodes per task at `temperature`
+    /// (0 = greedy), pass@k for `k <= samples`, seeded from `(seed, tag)` so evaluations are
+    /// reproducible and never touch the training streams.
+    pub fn evaluate(
+        &self,
+        split: Split,
+        samples: usize,
+        k: usize,
+        temperature: f64,
+        tag: u64,
+    ) -> anyhow::Result<EvalReport> {
+        let ids: Vec<String> = self
+            .tasks
+            .split(split)
+            .iter()
+            .map(|t| t.id.clone())
+            .collect();
+        if ids.is_empty() {
+            bail!("split {split} has no tasks");
+        }
+        let sampling = SamplingParams {
+            temperature,
+            ..self.config.sampling.clone()
+        };
+        let mut rng = stream(self.config.train.seed, tag, STREAM_EVAL);
+        let mut outcomes = Vec::with_capacity(ids.len() * samples);
+        // Chunks bound the batched forward's size.
+        for chunk in ids.chunks(16) {
+            for ep in self.sample(chunk, samples, &sampling, false, &mut rng)? {
+                outcomes.push(EpisodeOutcome::of(&ep));
+            }
+        }
+        summarize(split.as_str(), &outcomes, k)
+    }
+}
+
+fn kl_controller(knobs: &Knobs, beta: f64) -> anyhow::Result<KlController> {
+    Ok(match knobs.kl_target {
+        Some(target) => KlController::Adaptive(agentrl_rl::AdaptiveKlController::new(
+            beta,
+            target,
+            knobs.kl_horizon,
+        )?),
+        None => KlController::Fixed { coef: beta },
+    })
+}
+
+/// TinyAgent's codec over the gym's symbol vocabulary.
+pub fn tiny_codec(max_action_tokens: usize) -> TinyCodec {
+    TinyCodec::new(
+        &agentrl_gym::render::symbol_vocabulary(),
+        agentrl_gym::render::render_symbols,
+        max_action_tokens,
+    )
+}
+
+/// The model shape of a run config (the vocabulary size comes from the codec).
+pub fn tiny_config(config: &Config, codec: &TinyCodec) -> TinyConfig {
+    TinyConfig {
+        vocab_size: codec.vocab().len(),
+        d_model: config.model.d_model,
+        n_layers: config.model.layers,
+        n_heads: config.model.heads,
+        mlp_ratio: config.model.mlp_ratio,
+        max_seq: config.model.max_seq,
+        pointer_markers: if config.model.pointer_head {
+            codec.vocab().candidate_ids()
+        } else {
+            Vec::new()
+        },
+        pointer_segment_end: codec.vocab().obs_end_id(),
+        ..TinyConfig::for_vocab(codec.vocab().len())
+    }
+}
+
+pub fn load_tasks(config: &Config) -> anyhow::Result<TaskSet> {
+    let dir = config
+        .rollout
+        .tasks_dir
+        .as_deref()
+        .map(std::path::Path::new);
+    TaskSet::load(dir).with_context(|| match dir {
+        Some(d) => format!("loading tasks from rollout.tasks_dir = {}", d.display()),
+        None => "loading the built-in BugFix tasks".to_string(),
+    })
+}
+
+pub fn parse_split(name: &str) -> anyhow::Result<Split> {
+    Split::ALL
+        .into_iter()
+        .find(|s| s.as_str() == name)
+        .with_context(|| {
+            format!("unknown split {name:?}; expected one of train, heldout, heldout-family")
+        })
+}

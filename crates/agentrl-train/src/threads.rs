@@ -1,0 +1,33 @@
+//! The compute thread count of a process: the one place the library sets process-wide state,
+//! at the trainer's entry points ([`crate::recipes::rl::Trainer::create`] and `resume`),
+//! before any tensor work.
+//!
+//! candle sizes its CPU matmul parallelism from `RAYON_NUM_THREADS` on every call, and rayon
+//! sizes its global pool from the same variable once, so both are set together here. A run's
+//! thread count fixes its float summation order, which is what "the same seed and the same
+//! thread count give the same run" rests on.
+
+/// Makes this process compute on `threads` threads. Idempotent for the same count; a second
+/// call with another count after the pool exists is an error (the pool cannot be resized).
+pub fn apply(threads: usize) -> anyhow::Result<()> {
+    anyhow::ensure!(threads > 0, "train.threads resolved to 0 threads");
+    static APPLIED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let first = *APPLIED.get_or_init(|| {
+        // Set before rayon's global pool exists, in the process's first call; the variable
+        // is read by candle on every matmul.
+        std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
+        // Fails only if another part of the process built the pool first; the variable
+        // still sizes candle's kernels, and the check below reports a mismatch.
+        let _ = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build_global();
+        threads
+    });
+    anyhow::ensure!(
+        first == threads && rayon::current_num_threads() == threads,
+        "this process already computes on {} threads; train.threads = {threads} cannot be \
+         applied (start a new process)",
+        rayon::current_num_threads()
+    );
+    Ok(())
+}

@@ -1,0 +1,86 @@
+//! `agentrl bench`: each target times our code against a baseline measured in the same run.
+
+use clap::{Args, Subcommand};
+
+mod qwen3;
+mod train;
+mod train_step;
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub target: BenchTarget,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchTarget {
+    /// Sandboxed test executions per second: fresh python3 per run vs the warm pool.
+    Gym {
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        tasks: agentrl_gym::cli::TasksDirArg,
+    },
+    /// Wall time of the default run to reach 90% hidden solve on train.
+    Train {
+        #[arg(long)]
+        json: bool,
+        /// Seed of the run (`train.seed`).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Override a config key of the benchmarked run (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+    },
+    /// One TinyAgent training step: candle vs PyTorch eager, side by side.
+    TrainStep {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Qwen3 0.6B-shape scoring throughput: candle vs transformers, side by side.
+    Qwen3 {
+        #[arg(long)]
+        json: bool,
+        /// `config.json` of the shape (default: the shared Qwen3-0.6B config).
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
+        #[arg(long, default_value_t = 1)]
+        batch: usize,
+        #[arg(long, default_value_t = 128)]
+        seq_len: usize,
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
+        /// torch threads for the transformers baseline.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+    },
+}
+
+pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    match args.target {
+        BenchTarget::Gym { json, tasks } => agentrl_gym::bench::run(json, &tasks),
+        BenchTarget::Train { json, seed, set } => {
+            let mut overrides: Vec<String> = seed.map(|s| format!("train.seed={s}")).into_iter().collect();
+            overrides.extend(set);
+            train::run(json, &overrides)
+        }
+        BenchTarget::TrainStep { json } => train_step::run(json),
+        BenchTarget::Qwen3 {
+            json,
+            config,
+            batch,
+            seq_len,
+            repeats,
+            threads,
+        } => {
+            let options = qwen3::BenchOptions {
+                config,
+                batch,
+                seq_len,
+                repeats,
+                threads,
+            };
+            qwen3::print(&qwen3::run(&options)?, json)
+        }
+    }
+}
