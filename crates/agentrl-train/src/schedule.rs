@@ -38,7 +38,7 @@ mod tests {
             schedule,
             warmup_steps: warmup,
             min_lr_ratio: 0.1,
-            ..OptimConfig::default()
+            ..crate::config::Config::builtin().unwrap().optim
         }
     }
 

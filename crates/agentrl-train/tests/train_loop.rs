@@ -3,11 +3,11 @@
 
 use std::path::{Path, PathBuf};
 
-use agentrl::eval::EvalReport;
-use agentrl::train::config::{load_config, Config};
-use agentrl::train::session::{run_session, SessionOptions};
-use agentrl::train::trainer::{StepRecord, Trainer};
 use agentrl_gym::{Split, TaskSet};
+use agentrl_rollout::EvalReport;
+use agentrl_train::config::{load_config, Config};
+use agentrl_train::recipes::rl::{StepRecord, Trainer};
+use agentrl_train::session::{run_session, SessionOptions};
 
 /// Copies `per_split` built-in tasks of each split into `dir` (a small task set).
 fn small_task_dir(dir: &Path, per_split: usize) -> anyhow::Result<()> {
@@ -40,7 +40,6 @@ fn config(root: &Path, tasks: &Path, name: &str, extra: &[&str]) -> anyhow::Resu
         format!("train.run_name={name}"),
         format!("rollout.tasks_dir={:?}", tasks.display().to_string()),
         "train.threads=1".into(),
-        "train.seed=3".into(),
         "model.d_model=32".into(),
         "model.layers=1".into(),
         "model.heads=2".into(),
@@ -48,6 +47,9 @@ fn config(root: &Path, tasks: &Path, name: &str, extra: &[&str]) -> anyhow::Resu
         "rollout.max_turns=4".into(),
     ];
     sets.extend(extra.iter().map(|s| s.to_string()));
+    if !sets.iter().any(|s| s.starts_with("train.seed=")) {
+        sets.push("train.seed=3".into());
+    }
     load_config(None, &sets)
 }
 
@@ -222,41 +224,48 @@ fn a_torn_checkpoint_write_does_not_break_resume() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// With a fixed seed and a small budget on two training tasks, GRPO raises the hidden solve
-/// rate by a clear margin and the format-error rate falls.
+/// With a small budget on two training tasks, GRPO raises the hidden solve rate by a clear
+/// margin and the format-error rate falls, for a majority of three fixed seeds (not one tuned
+/// seed).
 #[test]
 fn training_raises_the_solve_rate_and_lowers_format_errors() -> anyhow::Result<()> {
-    let (_tmp, mut trainer) = small_trainer(
-        2,
-        "learn",
-        &[
-            "train.steps=14",
-            "train.checkpoint_every=0",
-            "train.episodes_every=0",
-            "rollout.tasks_per_step=2",
-            "rollout.group_size=8",
-            "optim.lr=1e-2",
-            "model.action_vocab=grammar",
-            // Candidates reshuffled in every training episode; evaluation uses the gym's
-            // order, so a solve there means the policy read the candidates.
-            "rollout.shuffle_candidates=true",
-        ],
-    )?;
-    let (before, after, _) = train_between_evaluations(&mut trainer)?;
+    let mut passed = Vec::new();
+    for seed in [3u64, 4, 5] {
+        let (_tmp, mut trainer) = small_trainer(
+            2,
+            &format!("learn-{seed}"),
+            &[
+                &format!("train.seed={seed}"),
+                "train.steps=14",
+                "train.checkpoint_every=0",
+                "train.episodes_every=0",
+                "rollout.tasks_per_step=2",
+                "rollout.group_size=8",
+                "optim.lr=1e-2",
+                "model.action_vocab=grammar",
+                // Candidates reshuffled in every training episode; evaluation uses the gym's
+                // order, so a solve there means the policy read the candidates.
+                "rollout.shuffle_candidates=true",
+            ],
+        )?;
+        let (before, after, _) = train_between_evaluations(&mut trainer)?;
+        // Untrained, the policy names a candidate the task does not have in a few percent of
+        // its calls (the gym answers with a format error); trained, at most half as often.
+        let learned = after.hidden_solve_rate >= before.hidden_solve_rate + 0.3
+            && before.format_error_rate > 0.02
+            && after.format_error_rate <= 0.5 * before.format_error_rate;
+        eprintln!(
+            "seed {seed}: solve {:.3} -> {:.3}, format errors {:.3} -> {:.3}",
+            before.hidden_solve_rate,
+            after.hidden_solve_rate,
+            before.format_error_rate,
+            after.format_error_rate
+        );
+        passed.push(learned);
+    }
     assert!(
-        after.hidden_solve_rate >= before.hidden_solve_rate + 0.3,
-        "solve rate {:.3} -> {:.3}",
-        before.hidden_solve_rate,
-        after.hidden_solve_rate
-    );
-    // Untrained, the policy names a candidate the task does not have in a few percent of
-    // its calls (the gym answers with a format error); trained, at most half as often.
-    assert!(
-        before.format_error_rate > 0.02
-            && after.format_error_rate <= 0.5 * before.format_error_rate,
-        "format-error rate {:.3} -> {:.3}",
-        before.format_error_rate,
-        after.format_error_rate
+        passed.iter().filter(|&&p| p).count() >= 2,
+        "learning held for {passed:?} of seeds 3, 4, 5"
     );
     Ok(())
 }

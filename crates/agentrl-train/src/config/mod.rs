@@ -20,7 +20,12 @@ pub use validate::Validation;
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
+    use agentrl_rl::AggMode;
+
     use super::*;
+    use crate::algo::Algorithm;
 
     fn with(sets: &[&str]) -> anyhow::Result<Config> {
         let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
@@ -32,24 +37,82 @@ mod tests {
     }
 
     #[test]
-    fn every_shipped_config_loads_and_validates() -> anyhow::Result<()> {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+    fn the_default_config_is_the_builtin_file_and_names_every_key() -> anyhow::Result<()> {
+        let builtin = Config::builtin()?;
+        assert_eq!(Config::default(), builtin);
+        assert_eq!(builtin.sampling, agentrl_engine::SamplingParams::default());
+        // Every key of the schema is written in configs/default.toml, except the algorithm
+        // knobs (they come from the preset) and the keys that default to unset.
+        let file: toml::Table = toml::from_str(DEFAULT_CONFIG_TOML)?;
+        let written: toml::Table = toml::from_str(&builtin.to_toml()?)?;
+        for (section, body) in &written {
+            if section == "algorithm" {
+                continue;
+            }
+            let (Some(toml::Value::Table(body)), Some(toml::Value::Table(in_file))) =
+                (Some(body), file.get(section))
+            else {
+                panic!("section [{section}] missing from configs/default.toml");
+            };
+            for key in body.keys() {
+                assert!(in_file.contains_key(key), "{section}.{key} missing from default.toml");
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn every_shipped_config_loads_validates_and_round_trips() -> anyhow::Result<()> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
         let mut seen = Vec::new();
         for entry in std::fs::read_dir(&dir)? {
             let path = entry?.path();
             let config = load_config(Some(&path), &[])?;
             let v = config.validate();
             assert!(v.errors.is_empty(), "{}: {:?}", path.display(), v.errors);
-            // The resolved config round-trips through TOML unchanged.
-            let resolved = config.resolved_config();
-            let back: Config = toml::from_str(&resolved.to_toml()?)?;
-            assert_eq!(back, resolved, "{}", path.display());
-            assert_eq!(back.resolve(), config.resolve());
+            // The written-out config (as stored in a run) reads back unchanged.
+            let back = parse_config_file_from_str(&config.to_toml()?)?;
+            assert_eq!(back.algorithm.knobs, config.algorithm.knobs, "{}", path.display());
+            assert_eq!(back.algorithm.name, config.algorithm.name);
+            assert_eq!(back.optim, config.optim);
             seen.push(config.algorithm.name);
+            // A preset file names only what differs from its preset.
+            let raw: toml::Table = toml::from_str(&std::fs::read_to_string(&path)?)?;
+            if let Some(toml::Value::Table(algo)) = raw.get("algorithm") {
+                let preset = toml::Value::try_from(config.algorithm.name.preset())?;
+                for (key, value) in algo {
+                    if key != "name" {
+                        assert_ne!(
+                            preset.get(key),
+                            Some(value),
+                            "{}: algorithm.{key} repeats the preset's value",
+                            path.display()
+                        );
+                    }
+                }
+            }
         }
         for algorithm in crate::algo::ALL {
             assert!(seen.contains(&algorithm), "no config file for {algorithm}");
         }
+        Ok(())
+    }
+
+    fn parse_config_file_from_str(text: &str) -> anyhow::Result<Config> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, text)?;
+        parse_config_file(&path)
+    }
+
+    #[test]
+    fn a_truncated_run_config_is_an_error_naming_the_file() -> anyhow::Result<()> {
+        let text = Config::builtin()?.to_toml()?;
+        let cut = &text[..text.len() / 2];
+        let err = parse_config_file_from_str(cut).unwrap_err().to_string();
+        assert!(err.contains("config.toml"), "{err}");
+        let err = parse_config_file_from_str("").unwrap_err().to_string();
+        assert!(err.contains("config.toml") && err.contains("missing"), "{err}");
         Ok(())
     }
 
@@ -66,7 +129,7 @@ mod tests {
         assert_eq!(c.optim.lr, 0.01);
         assert_eq!(c.rollout.group_size, 3);
         assert_eq!(c.algorithm.name, Algorithm::Ppo);
-        assert_eq!(c.algorithm.agg, Some(AggMode::TokenMean));
+        assert_eq!(c.algorithm.knobs.agg, AggMode::TokenMean);
         assert_eq!(c.train.run_name.as_deref(), Some("my-run"));
         assert_eq!(c.optim.schedule, ScheduleKind::Cosine);
         Ok(())
@@ -87,6 +150,13 @@ mod tests {
         assert!(format!("{err:#}").contains("sarsa"), "{err:#}");
         let err = with(&["rollout.group_size=many"]).unwrap_err();
         assert!(format!("{err:#}").contains("group_size"), "{err:#}");
+        // An unknown algorithm knob is named with the valid ones.
+        let err = with(&["algorithm.eps_lo=0.1"]).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains("eps_lo") && msg.contains("eps_low"), "{msg}");
+        // Dead knobs are gone.
+        assert!(with(&["algorithm.ratio_level=token"]).is_err());
+        assert!(with(&["algorithm.clip_eps=0.2"]).is_err());
     }
 
     #[test]
@@ -107,10 +177,6 @@ mod tests {
     fn nonsense_knob_combinations_are_errors() {
         let cases: &[(&[&str], &str)] = &[
             (
-                &["algorithm.name=gspo", "algorithm.ratio_level=token"],
-                "GSPO's ratio",
-            ),
-            (
                 &["algorithm.name=ppo", "algorithm.old_logprob_pass=false"],
                 "old_logprob_pass",
             ),
@@ -125,14 +191,18 @@ mod tests {
                 "eps_high",
             ),
             (&["algorithm.dual_clip_c=0.5"], "dual_clip_c"),
-            (
-                &["algorithm.ratio_level=sequence"],
-                "only implemented by gspo",
-            ),
             (&["algorithm.name=rloo", "rollout.group_size=1"], "rloo"),
             (&["model.d_model=30", "model.heads=4"], "multiple"),
             (&["train.format_warmup_steps=60"], "no RL steps"),
             (&["sampling.top_p=0"], "top_p"),
+            (&["optim.eps=0"], "optim.eps"),
+            (&["optim.min_lr_ratio=2"], "min_lr_ratio"),
+            (&["optim.weight_decay=-1"], "weight_decay"),
+            (&["eval.temperature=-1"], "eval.temperature"),
+            (&["algorithm.kl_horizon=0"], "kl_horizon"),
+            (&["reward.format_penalty=-0.1"], "format_penalty"),
+            (&["model.d_model=0"], "d_model"),
+            (&["algorithm.entropy_coef=nan"], "entropy_coef"),
         ];
         for (sets, needle) in cases {
             let errors = errors_of(sets);
@@ -164,16 +234,27 @@ mod tests {
 
     #[test]
     fn resolution_fills_preset_values_and_respects_overrides() {
-        let dapo = with(&["algorithm.name=dapo"]).unwrap().resolve();
+        let dapo = with(&["algorithm.name=dapo"]).unwrap().algorithm.knobs;
         assert_eq!((dapo.eps_low, dapo.eps_high), (0.2, 0.28));
         assert!(dapo.dynamic_sampling);
         assert_eq!(dapo.agg, AggMode::TokenMean);
-        // A symmetric clip_eps overrides both sides of the preset.
-        let r = with(&["algorithm.name=dapo", "algorithm.clip_eps=0.1"])
+        let r = with(&["algorithm.name=dapo", "algorithm.eps_high=0.3"])
             .unwrap()
-            .resolve();
-        assert_eq!((r.eps_low, r.eps_high), (0.1, 0.1));
-        let ppo = with(&["algorithm.name=ppo"]).unwrap().resolve();
+            .algorithm
+            .knobs;
+        assert_eq!((r.eps_low, r.eps_high), (0.2, 0.3));
+        let ppo = with(&["algorithm.name=ppo"]).unwrap().algorithm.knobs;
         assert!(ppo.old_logprob_pass && ppo.value_coef > 0.0 && ppo.epochs > 1);
+        // The default run's entropy bonus belongs to the GRPO preset and does not leak into
+        // the others.
+        assert_eq!(with(&[]).unwrap().algorithm.knobs.entropy_coef, 0.01);
+        for name in ["ppo", "dapo", "rloo", "gspo", "cispo", "dr_grpo", "reinforce_pp"] {
+            let k = with(&[&format!("algorithm.name={name}")]).unwrap().algorithm.knobs;
+            assert_eq!(k.entropy_coef, 0.0, "{name}");
+        }
+        // A file that names another algorithm starts from that preset.
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/ppo.toml");
+        let from_file = load_config(Some(&dir), &[]).unwrap();
+        assert_eq!(from_file.algorithm.knobs, crate::algo::Algorithm::Ppo.preset());
     }
 }
