@@ -415,3 +415,67 @@ fn verl_names_select_every_new_option() {
         assert_eq!(back, l, "{json}");
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// At their degenerate settings the new estimators are the group-mean (Dr. GRPO) baseline:
+    /// OPO with equal lengths, GPG when every reward is non-zero, OTB / TIR-OTB with equal
+    /// lengths and a constant path-variance proxy (outcome reward on the last token), and
+    /// GDPO with one component is the whitened GRPO advantage.
+    #[test]
+    fn new_estimators_reduce_to_group_baselines(
+        rewards in prop::collection::vec(0.1f32..3.0, 2..10),
+        ngroups in 1usize..4,
+        len in 1usize..5,
+        hole in prop::bool::ANY,
+    ) {
+        let b = rewards.len();
+        let ids: Vec<usize> = (0..b).map(|i| i % ngroups).collect();
+        let mean_only = group_advantages(&rewards, &ids, GroupBaseline::MeanOnly).unwrap().per_sequence;
+        let near = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-4 * (1.0 + y.abs()));
+        let lengths = vec![len as f32; b];
+        prop_assert!(near(&opo_advantages(&rewards, &lengths, &ids).unwrap(), &mean_only));
+        prop_assert!(near(&gpg_advantages(&rewards, &ids, 1.0).unwrap(), &mean_only));
+
+        // [B, T] with the same number of valid tokens per row (a tool-output hole optional)
+        let t = len + usize::from(hole) + 1;
+        let mut mask = vec![vec![0.0f32; t]; b];
+        let mut tok = vec![vec![0.0f32; t]; b];
+        for i in 0..b {
+            let mut k = 0;
+            for pos in 0..t {
+                if k < len && !(hole && pos == 1 && len > 1) {
+                    mask[i][pos] = 1.0;
+                    k += 1;
+                    if k == len {
+                        tok[i][pos] = rewards[i];
+                    }
+                }
+            }
+        }
+        let (mask_t, tok_t) = (tensor(&mask), tensor(&tok));
+        let old = tensor(&vec![vec![(0.3f32).ln(); t]; b]);
+        let spi2 = tensor(&vec![vec![0.2f32; t]; b]);
+        let want = rows(&broadcast_to_tokens(&mean_only, &mask_t).unwrap());
+        for tail in [false, true] {
+            let x = OtbInputs { token_rewards: &tok_t, mask: &mask_t, group_ids: &ids, old_log_probs: &old, sum_pi_squared: &spi2, rollout_is_weights: None, handle_zero_tail: tail };
+            let (a, _) = tir_optimal_token_baseline_advantages(&x).unwrap();
+            rows_near(&rows(&a), &want, 1e-4)?;
+            if !hole {
+                let (a, _) = optimal_token_baseline_advantages(&x).unwrap();
+                rows_near(&rows(&a), &want, 1e-4)?;
+            }
+        }
+        if b * len >= 2 {
+            let grpo = group_advantages(&rewards, &ids, GroupBaseline::GrpoStd).unwrap().per_sequence;
+            let whitened = masked_whiten(&broadcast_to_tokens(&grpo, &mask_t).unwrap(), &mask_t, true);
+            let gdpo = gdpo_advantages(std::slice::from_ref(&rewards), None, &ids, &mask_t, true);
+            match (whitened, gdpo) {
+                (Ok(w), Ok(g)) => rows_near(&rows(&g), &rows(&w), 1e-4)?,
+                (Err(_), Err(_)) => {}
+                (w, g) => prop_assert!(false, "whiten {:?} vs gdpo {:?}", w.is_ok(), g.is_ok()),
+            }
+        }
+    }
+}
