@@ -422,6 +422,35 @@ def policy_losses():
                             "metrics": metrics,
                         }
                     )
+    # losses agentrl already had, now in every mode (token-sum included) and with verl's
+    # global-batch info: verl `vanilla` is PPO clip with dual clip, verl `gspo` is GSPO-token.
+    existing = [
+        ("vanilla", dict(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0), {"kind": "ppo-clip", "clip_low": 0.2, "clip_high": 0.28, "dual_clip": 3.0}),
+        ("gspo", dict(clip_ratio_low=0.03, clip_ratio_high=0.04), {"kind": "gspo-token", "clip_low": 0.03, "clip_high": 0.04}),
+        ("cispo", dict(clip_ratio_low=0.9, clip_ratio_high=0.28), {"kind": "cispo", "clip_low": 0.9, "clip_high": 0.28}),
+    ]
+    for name, kw, rust in existing:
+        fn = ca.get_policy_loss_fn(name)
+        for mode in MODES:
+            for weighted, glob in ((False, False), (True, False), (False, True)):
+                cfg = actor_cfg(**kw)
+                cfg["global_batch_info"] = dict(gb) if glob else {}
+
+                def run(lp):
+                    return fn(OLD, lp, ADV, MASK, mode, cfg, WEIGHTS if weighted else None)
+
+                (loss, metrics), g = grad_of(run, LOGP)
+                cases.append(
+                    {
+                        "loss": rust,
+                        "agg": mode,
+                        "weighted": weighted,
+                        "global": cfg["global_batch_info"],
+                        "value": loss.item(),
+                        "grad": L(g),
+                        "metrics": None,
+                    }
+                )
     # bypass mode: old_log_probs are the rollout log-probs.
     bypass = []
     rcs = [

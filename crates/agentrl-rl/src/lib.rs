@@ -73,6 +73,12 @@
 //! ## Remaining differences from verl 0.9.1 (everything else matches its own functions at f32
 //! tolerance, see `tests/verl_fixtures.rs`)
 //!
+//! - **Two loss names mean different things.** verl's `loss_mode: vanilla` is PPO clip with
+//!   dual clip (`clip_ratio_c`, default 3): select [`PolicyLoss::PpoClip`] with
+//!   `dual_clip: Some(3.0)`; agentrl's `vanilla` is the unclipped importance-weighted PG
+//!   (kept: the existing presets use it). verl's `gspo` is GSPO-token: select `gspo-token`
+//!   (agentrl's `gspo` is the sequence-level form; the two agree for sequence-level
+//!   advantages). Both pairs are compared with verl in `tests/verl_fixtures.rs`.
 //! - **REINFORCE's loss value.** [`vanilla_pg_loss`] with `old = sg(log π_θ)` reports `−Â·r = −Â`;
 //!   verl's `compute_policy_loss_reinforce` reports `−Â log π_θ`. Same gradient; the ratio form
 //!   is also PPO at `r = 1`, which the crate's properties rely on.

@@ -283,7 +283,7 @@ fn new_policy_losses_match_verl_values_gradients_and_metrics() {
     let adv = t2(&fx["advantages"]);
     let weights = t2(&fx["token_weights"]);
     let cases = fx["cases"].as_array().unwrap();
-    assert_eq!(cases.len(), 72);
+    assert_eq!(cases.len(), 72 + 45);
     for case in cases {
         let loss: PolicyLoss = serde_json::from_value(case["loss"].clone()).unwrap();
         let agg: AggMode = serde_json::from_value(case["agg"].clone()).unwrap();
@@ -306,7 +306,9 @@ fn new_policy_losses_match_verl_values_gradients_and_metrics() {
             &rows(g.get(logp.as_tensor()).unwrap()),
             &vec2(&case["grad"]),
         );
-        assert_metrics(&what, &out.metrics, &case["metrics"]);
+        if !case["metrics"].is_null() {
+            assert_metrics(&what, &out.metrics, &case["metrics"]);
+        }
     }
     let rollout = t2(&fx["rollout_log_probs"]);
     let bypass = fx["bypass"].as_array().unwrap();
