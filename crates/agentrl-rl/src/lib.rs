@@ -48,13 +48,13 @@
 //!
 //! Config names are verl's, exactly as verl's YAML spells them (`adv_estimator`,
 //! `policy_loss.loss_mode`, `kl_loss_type`, `loss_agg_mode`, `rollout_correction.*`).
-//! `R_i` outcome, `g` its prompt group, `r = π_θ/π_old`, `m` the mask, `|o_i| = Σ_t m`.
+//! `R_i` outcome, `g` its prompt group, `r = π_θ/π_old`, `m` the mask.
 //!
 //! | algorithm (verl name) | composition and formula |
 //! |---|---|
 //! | aggregation `token-sum` (§0 table) | [`aggregate`]`(TokenSum)`: `Σ_i Σ_t m ℓ` |
 //! | verl global-batch normalisation (§0 "gradient accumulation") | [`AggScale::verl`]`(dp_size, batch_num_tokens, global_batch_size, loss_scale_factor)` in every loss, [`value_loss`] included: each mode's loss × `dp_size`, with the global counts as denominators |
-//! | OPO `opo` (Hao et al., arXiv:2505.23585) | [`opo_advantages`]: `A_i = R_i − Σ_g |o_j| R_j / Σ_g |o_j|` → [`ppo_clip_loss`] → `token-mean` |
+//! | OPO `opo` (Hao et al., arXiv:2505.23585) | [`opo_advantages`]: `A_i = R_i − Σ_g L_j R_j / Σ_g L_j`, `L_j = Σ_t m` (response length) → [`ppo_clip_loss`] → `token-mean` |
 //! | GPG `gpg` (Chu et al., arXiv:2504.02546) | [`gpg_advantages`]: `A_i = α (R_i − mean_g R)/f_norm`, `α = B/#{R ≠ 0}` → [`gpg_loss`]: `ℓ = −Â log π_θ` → `token-mean` |
 //! | ReMax `remax` (Li et al., arXiv:2310.10505) | greedy rollout per prompt → [`remax_advantages`]: `A_t = Σ_{k≥t} m r_k − R(greedy)` → [`vanilla_pg_loss`] / [`ppo_clip_loss`] |
 //! | GDPO `gdpo` (arXiv:2601.05242) | reward components `R_k` (verl `gdpo_reward_keys`, weights `w_k`) → [`gdpo_advantages`]: `whiten(Σ_k w_k (R_k − mean_g R_k)/(std_g R_k + ε))` → [`ppo_clip_loss`] |
@@ -66,7 +66,7 @@
 //! | DPPO `dppo_tv`, `dppo_kl` (arXiv:2602.04879) | [`dppo_loss`]: `ℓ = −Â sg(min(r, c)) log π_θ · sg(1[divergence of the sampled token within δ on the side Â pushes])`, TV `π_θ − π_old` or binary KL |
 //! | DRO `dro` (Richemond et al., arXiv:2405.19107) | [`dro_loss`]: `ℓ = −(Â log π_θ − ½β (log π_θ − log π_old)²)` |
 //! | bypass mode `bypass_mode` (§13 "bypass"; verl `rollout_corr_math.md`) | `old = log π_rollout` → [`bypass_mode_loss`]: [`rollout_correction_and_rejection`]`(sg(π_θ), π_rollout)` inside the loss → `ppo_clip` (no IS weights) or `reinforce` `−Â sg(w) log π_θ`, on the rejection-modified mask |
-//! | KL `abs`, straight-through `k1+`/`k3+`/`low_var_kl+`/`abs+` (§11 "gradient caveat") | [`kl_estimate`]: `|log π_θ − log π_ref|`; `k+ = k2 − sg(k2) + sg(k)`: value of `k`, gradient of `k2 = ½(log π_θ − log π_ref)²` |
+//! | KL `abs`, straight-through `k1+`/`k3+`/`low_var_kl+`/`abs+` (§11 "gradient caveat") | [`kl_estimate`]: `abs(log π_θ − log π_ref)`; `k+ = k2 − sg(k2) + sg(k)`: value of `k`, gradient of `k2 = ½(log π_θ − log π_ref)²` |
 //! | verl rollout correction (§13 TIS/MIS/IcePop) | [`RolloutCorrectionConfig`] (verl's strings) → [`RolloutCorrectionSpec`] → [`rollout_correction_and_rejection`]: token/sequence IS (truncated, `"lo_hi"` IcePop, batch-normalised), rejection `token_k1..3`, `seq_sum_k1..3`, `seq_mean_k1..3`, `seq_max_k2/3`, comma-combined; `rollout_corr/…` metrics |
 //! | `masked_var` (verl `torch_functional`) | [`masked_var`]`(unbiased)`: `Σ m (x − μ)²/Σ m`, × `n/(n − 1)` |
 //!
@@ -101,6 +101,9 @@
 //! - **GDPO components** are passed per sequence ([`AdvantageExtras::reward_components`]);
 //!   verl reads them from `non_tensor_batch[gdpo_reward_keys]` and places them on the last
 //!   response token, which gives the same sums.
+//! - **Masked-mean denominators.** verl adds `1e-8` to masked-mean denominators (and to the
+//!   per-sequence token counts of `seq-mean-token-mean`); the losses here divide by the exact
+//!   count (≤ 1e-8 relative; the ported estimators and rollout metrics keep verl's `+1e-8`).
 //! - **Multi-rank IS batch normalisation** (`distributed_masked_mean`) is not modelled: pass
 //!   the global batch to get the same factor.
 //! - **Orientation of ratio bounds.** [`mis_weights`] / [`RolloutCorrection::Mis`] bound
