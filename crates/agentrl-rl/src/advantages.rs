@@ -231,7 +231,9 @@ pub enum AdvantageEstimator {
         #[serde(alias = "lam")]
         lambda: f64,
     },
-    /// GRPO (ALGORITHMS.md §4); `norm_by_std = false` is the Dr. GRPO advantage.
+    /// GRPO (ALGORITHMS.md §4); `norm_by_std = false` is the Dr. GRPO advantage. verl's
+    /// `grpo_vectorized` (the same estimator, computed in f32) is accepted as this.
+    #[serde(alias = "grpo_vectorized")]
     Grpo {
         /// Divide by the group std (verl `norm_adv_by_std_in_grpo`).
         norm_by_std: bool,

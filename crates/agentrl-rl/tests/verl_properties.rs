@@ -361,6 +361,10 @@ fn verl_names_select_every_new_option() {
     assert_eq!(back, d);
     for (json, ok) in [
         (r#"{"kind":"opo"}"#, AdvantageEstimator::Opo),
+        (
+            r#"{"kind":"grpo_vectorized","norm_by_std":true}"#,
+            AdvantageEstimator::Grpo { norm_by_std: true },
+        ),
         (r#"{"kind":"gpg"}"#, AdvantageEstimator::Gpg { f_norm: 1.0 }),
         (r#"{"kind":"remax"}"#, AdvantageEstimator::Remax),
         (
