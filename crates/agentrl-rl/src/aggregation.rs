@@ -24,6 +24,9 @@ pub enum AggMode {
     /// `Σ_i Σ_t m ℓ / Σ_i Σ_t m` — DAPO, CISPO, verl default.
     #[default]
     TokenMean,
+    /// `Σ_i Σ_t m ℓ` — no normaliser at all (verl `token-sum`): the loss of a micro-batch is
+    /// its share of the step's token sum, so summing micro-batches gives the whole step's sum.
+    TokenSum,
     /// `(1/B) Σ_i Σ_t m ℓ` — REINFORCE / RLOO on the sequence log-prob.
     SeqMeanTokenSum,
     /// `(1/B) Σ_i [Σ_t m ℓ / Σ_t m]` — original GRPO, GSPO, DeepSeekMath PPO.
@@ -37,6 +40,16 @@ pub enum AggMode {
 /// Leave a field `None` to count it from the batch being aggregated. Under gradient
 /// accumulation, set `total_tokens` / `total_sequences` to the counts of the whole optimizer
 /// step (see [`step_scale`]).
+///
+/// **verl's global-batch normalisation** (`agg_loss(..., dp_size, batch_num_tokens,
+/// global_batch_size, loss_scale_factor)`, which every verl policy loss and
+/// `compute_value_loss` forwards from `config.global_batch_info`) maps one to one:
+/// `batch_num_tokens → total_tokens`, `global_batch_size → total_sequences`,
+/// `loss_scale_factor → max_len`, `dp_size → dp_size`; see [`AggScale::verl`]. Each rank's
+/// loss is multiplied by `dp_size` because DDP/FSDP *average* gradients over ranks, so the
+/// reduced gradient is that of the global sum / global count. As in verl, `dp_size > 1`
+/// without the global count of the mode's denominator is an error (a per-rank count would
+/// silently weight ranks unequally).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct AggScale {
     /// Valid-token count of the whole optimizer step (`token-mean` denominator).
@@ -44,9 +57,31 @@ pub struct AggScale {
     /// Number of sequences with at least one valid token in the whole optimizer step (`B` of
     /// the `seq-mean-*` modes).
     pub total_sequences: Option<f64>,
-    /// `L_max` of `seq-mean-token-sum-norm` (the generation budget); defaults to the padded
-    /// width `T` of the mask.
+    /// `L_max` of `seq-mean-token-sum-norm` (the generation budget, verl
+    /// `loss_scale_factor`); defaults to the padded width `T` of the mask.
     pub max_len: Option<f64>,
+    /// Data-parallel world size (verl `dp_size`); the loss is multiplied by it. `None` = 1.
+    pub dp_size: Option<usize>,
+}
+
+impl AggScale {
+    /// verl's `global_batch_info` spelled with verl's names (`agg_loss` arguments):
+    /// `dp_size`, `batch_num_tokens` (valid tokens of the global mini-batch, all ranks),
+    /// `global_batch_size` (sequences of the global mini-batch) and `loss_scale_factor`
+    /// (`seq-mean-token-sum-norm` constant).
+    pub fn verl(
+        dp_size: usize,
+        batch_num_tokens: Option<f64>,
+        global_batch_size: Option<f64>,
+        loss_scale_factor: Option<f64>,
+    ) -> Self {
+        AggScale {
+            total_tokens: batch_num_tokens,
+            total_sequences: global_batch_size,
+            max_len: loss_scale_factor,
+            dp_size: Some(dp_size),
+        }
+    }
 }
 
 /// Counts, over all micro-batch masks of one optimizer step, the totals that [`AggScale`]
@@ -68,6 +103,7 @@ pub fn step_scale(masks: &[&Tensor], max_len: Option<f64>) -> Result<AggScale> {
         total_tokens: Some(tokens),
         total_sequences: Some(sequences),
         max_len,
+        dp_size: None,
     })
 }
 
@@ -76,7 +112,13 @@ pub fn step_scale(masks: &[&Tensor], max_len: Option<f64>) -> Result<AggScale> {
 ///
 /// Sequences whose mask is all zero (e.g. an overlong-filtered sample) count in no
 /// denominator. Masked positions get exactly zero gradient, even if `per_token` is huge
-/// there. An all-masked batch yields a zero loss (with zero gradient), not NaN.
+/// there. An all-masked batch yields a zero loss (with zero gradient), not NaN (verl: NaN
+/// for `token-mean`).
+///
+/// Every mode is multiplied by `scale.dp_size` (verl global-batch normalisation, see
+/// [`AggScale`]): `token-mean` `dp·Σmℓ/N_tok`, `token-sum` `dp·Σmℓ`, `seq-mean-token-sum`
+/// `dp·Σ_iΣ_t mℓ/B`, `seq-mean-token-sum-norm` the same `/L_max`, `seq-mean-token-mean`
+/// `dp·Σ_i(Σ_t mℓ/Σ_t m)/B`.
 pub fn aggregate(
     per_token: &Tensor,
     mask: &Tensor,
@@ -87,6 +129,30 @@ pub fn aggregate(
     let (b, n) = checks::dims2(F, "per_token", per_token)?;
     let mask_rows = checks::mask_rows(F, mask, b, n)?;
     let counts: Vec<f32> = mask_rows.iter().map(|r| r.iter().sum()).collect();
+    let dp = scale.dp_size.unwrap_or(1);
+    if dp == 0 {
+        return Err(crate::RlError::invalid(F, "scale.dp_size", "must be >= 1"));
+    }
+    if dp > 1 {
+        let missing = match mode {
+            AggMode::TokenMean if scale.total_tokens.is_none() => {
+                Some(("scale.total_tokens", "batch_num_tokens"))
+            }
+            AggMode::SeqMeanTokenSum | AggMode::SeqMeanTokenSumNorm | AggMode::SeqMeanTokenMean
+                if scale.total_sequences.is_none() =>
+            {
+                Some(("scale.total_sequences", "global_batch_size"))
+            }
+            _ => None,
+        };
+        if let Some((arg, verl_name)) = missing {
+            return Err(crate::RlError::invalid(
+                F,
+                arg,
+                format!("the global count (verl `{verl_name}`) is required when dp_size > 1"),
+            ));
+        }
+    }
     let total_tokens = scale
         .total_tokens
         .unwrap_or_else(|| counts.iter().map(|&c| f64::from(c)).sum());
@@ -99,6 +165,7 @@ pub fn aggregate(
     let safe = |d: f64| if d > 0.0 { d } else { 1.0 };
     let loss = match mode {
         AggMode::TokenMean => (masked.sum_all()? / safe(total_tokens))?,
+        AggMode::TokenSum => masked.sum_all()?,
         AggMode::SeqMeanTokenSum => (masked.sum_all()? / safe(total_sequences))?,
         AggMode::SeqMeanTokenMean => {
             let inv_len: Vec<f32> = counts
@@ -122,7 +189,7 @@ pub fn aggregate(
             (masked.sum_all()? / (safe(total_sequences) * max_len))?
         }
     };
-    Ok(loss)
+    Ok(if dp > 1 { (loss * dp as f64)? } else { loss })
 }
 
 /// Masked mean of a `[B, T]` tensor over valid tokens, as a host f32 (diagnostics only, no

@@ -34,6 +34,25 @@ pub fn entropy_from_logits(logits: &Tensor) -> Result<Tensor> {
     Ok(log_p.exp()?.mul(&log_p)?.sum(D::Minus1)?.neg()?)
 }
 
+/// `Σ_v π(v)²` of the softmax of `logits` `[B, T, V]` → `[B, T]`, computed as
+/// `exp(logsumexp(2z) − 2·logsumexp(z))` (verl `torch_functional.calculate_sum_pi_squared_from_logits`),
+/// the collision probability that the optimal token baseline's path-variance proxy
+/// `‖s_t‖² = 1 − 2π_t + Σπ²` needs ([`crate::optimal_token_baseline_advantages`]).
+/// Differentiable, though the estimators only read it as a constant.
+pub fn sum_pi_squared(logits: &Tensor) -> Result<Tensor> {
+    dims3("sum_pi_squared", logits)?;
+    let lse = |z: &Tensor| -> Result<Tensor> {
+        let max = z.max_keepdim(D::Minus1)?.detach();
+        Ok(z.broadcast_sub(&max)?
+            .exp()?
+            .sum(D::Minus1)?
+            .log()?
+            .add(&max.squeeze(D::Minus1)?)?)
+    };
+    let two = (logits * 2.0)?;
+    Ok((lse(&two)? - (lse(logits)? * 2.0)?)?.exp()?)
+}
+
 /// `log π(target_t)` for each position: logits `[B, T, V]`, targets `[B, T]` (u32 token ids)
 /// → `[B, T]`, differentiable (gather has a correct backward in candle).
 pub fn token_log_probs(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {

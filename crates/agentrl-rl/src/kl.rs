@@ -18,23 +18,55 @@ pub const KL_LOG_RATIO_CLAMP: f64 = 20.0;
 /// Low-variance clamp of the k3 value (verl `low_var_kl` clamps to ±10).
 pub const K3_CLAMP: f64 = 10.0;
 
-/// Per-token KL estimator of `KL[π_θ ‖ π_ref]` on samples from π_θ, with `r = π_ref/π_θ`.
+/// Per-token KL estimator of `KL[π_θ ‖ π_ref]` on samples from π_θ, with `r = π_ref/π_θ`
+/// (verl `kl_penalty` / `kl_loss_type`; every verl spelling is accepted).
+///
+/// The `+` variants are verl's straight-through estimators: the *value* of the base
+/// estimator with the *gradient* of `k2 = ½(log π_θ − log π_ref)²`, i.e.
+/// `k2 − sg(k2) + sg(base)`. Differentiating k1 or k3 gives a biased KL gradient (ALGORITHMS.md
+/// §11, Tang & Munos arXiv:2506.09477), while `E[∇k2] = ∇KL(π_θ‖π_ref)`; `k2+` equals `k2`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum KlEstimator {
-    /// `k1 = −log r = log π_θ − log π_ref` (unbiased, high variance). verl `kl`.
+    /// `k1 = −log r = log π_θ − log π_ref` (unbiased, high variance). verl `kl` / `k1`.
     #[serde(alias = "kl")]
     K1,
-    /// `k2 = ½ (log r)²` (biased, low variance). verl `mse`.
+    /// `k2 = ½ (log r)²` (biased, low variance). verl `mse` / `k2`.
     #[serde(alias = "mse")]
     K2,
-    /// `k3 = (r − 1) − log r`, clamped to ±10 (unbiased, low variance, ≥ 0). verl `low-var-kl`.
-    #[serde(alias = "low-var-kl")]
+    /// `k3 = (r − 1) − log r`, log r clamped to ±20 and the value to ±10 (unbiased, low
+    /// variance, ≥ 0). verl `low_var_kl` / `k3`.
+    #[serde(alias = "low-var-kl", alias = "low_var_kl")]
     K3,
+    /// `|log π_θ − log π_ref|` (verl `abs`); its gradient at 0 is 0, as in torch.
+    Abs,
+    /// k1 value, k2 gradient (verl `k1+` / `kl+`).
+    #[serde(rename = "k1+", alias = "kl+")]
+    K1Plus,
+    /// k2 value and gradient (verl `k2+` / `mse+`; identical to [`KlEstimator::K2`]).
+    #[serde(rename = "k2+", alias = "mse+")]
+    K2Plus,
+    /// k3 value, k2 gradient (verl `k3+` / `low_var_kl+`).
+    #[serde(rename = "k3+", alias = "low_var_kl+", alias = "low-var-kl+")]
+    K3Plus,
+    /// |k1| value, k2 gradient (verl `abs+`).
+    #[serde(rename = "abs+")]
+    AbsPlus,
+}
+
+/// `x · sg(sign x)`: `|x|` whose subgradient at 0 is 0 as in torch (candle's `abs` gives 1).
+pub(crate) fn abs_torch(x: &Tensor) -> Result<Tensor> {
+    let sign = x
+        .gt(0.0)?
+        .to_dtype(x.dtype())?
+        .sub(&x.lt(0.0)?.to_dtype(x.dtype())?)?
+        .detach();
+    Ok(x.mul(&sign)?)
 }
 
 /// Per-token KL estimate `[B, T]`, differentiable in `log_probs` (ALGORITHMS.md §11; GRPO eq. 4
-/// for k3, arXiv:2402.03300). `ref_log_probs` is treated as a constant.
+/// for k3, arXiv:2402.03300; verl `core_algos.kl_penalty` / `kl_penalty_forward`).
+/// `ref_log_probs` is treated as a constant.
 pub fn kl_estimate(
     log_probs: &Tensor,
     ref_log_probs: &Tensor,
@@ -43,14 +75,25 @@ pub fn kl_estimate(
     const F: &str = "kl_estimate";
     let (b, n) = checks::dims2(F, "log_probs", log_probs)?;
     checks::same2(F, "ref_log_probs", ref_log_probs, b, n)?;
-    // log r = log π_ref − log π_θ
-    let log_r = ref_log_probs.detach().sub(log_probs)?;
+    let base = |est: KlEstimator| -> Result<Tensor> {
+        // log r = log π_ref − log π_θ
+        let log_r = ref_log_probs.detach().sub(log_probs)?;
+        Ok(match est {
+            KlEstimator::K1 | KlEstimator::K1Plus => log_r.neg()?,
+            KlEstimator::K2 | KlEstimator::K2Plus => (log_r.sqr()? * 0.5)?,
+            KlEstimator::K3 | KlEstimator::K3Plus => {
+                let log_r = log_r.clamp(-KL_LOG_RATIO_CLAMP, KL_LOG_RATIO_CLAMP)?;
+                ((log_r.exp()? - 1.0)?.sub(&log_r)?).clamp(-K3_CLAMP, K3_CLAMP)?
+            }
+            KlEstimator::Abs | KlEstimator::AbsPlus => abs_torch(&log_r)?,
+        })
+    };
     let kl = match estimator {
-        KlEstimator::K1 => log_r.neg()?,
-        KlEstimator::K2 => (log_r.sqr()? * 0.5)?,
-        KlEstimator::K3 => {
-            let log_r = log_r.clamp(-KL_LOG_RATIO_CLAMP, KL_LOG_RATIO_CLAMP)?;
-            ((log_r.exp()? - 1.0)?.sub(&log_r)?).clamp(-K3_CLAMP, K3_CLAMP)?
+        KlEstimator::K1 | KlEstimator::K2 | KlEstimator::K3 | KlEstimator::Abs => base(estimator)?,
+        KlEstimator::K1Plus | KlEstimator::K2Plus | KlEstimator::K3Plus | KlEstimator::AbsPlus => {
+            let forward = base(estimator)?.detach();
+            let k2 = (log_probs.sub(&ref_log_probs.detach())?.sqr()? * 0.5)?;
+            k2.sub(&k2.detach())?.add(&forward)?
         }
     };
     Ok(kl)

@@ -43,6 +43,72 @@
 //! | On-policy distillation (§15) | [`distill_advantages`]`(c = 1)` → [`vanilla_pg_loss`] (importance-sampling PG) or [`ppo_clip_loss`] → `token-mean` |
 //! | MT-GRPO / GiGPO (§17) | turn-level rewards → [`group_advantages`] per turn group, added to the episode advantage → [`ppo_clip_loss`] → `token-mean` |
 //! | any | + [`entropy_bonus_loss`]`(c_H)` on [`entropy_from_logits`]; evaluation: [`pass_at_k`], [`pass_hat_k`], [`bootstrap_ci`] |
+//!
+//! ## The rest of verl's registry (no ALGORITHMS.md section: paper and formula here)
+//!
+//! Config names are verl's, exactly as verl's YAML spells them (`adv_estimator`,
+//! `policy_loss.loss_mode`, `kl_loss_type`, `loss_agg_mode`, `rollout_correction.*`).
+//! `R_i` outcome, `g` its prompt group, `r = π_θ/π_old`, `m` the mask.
+//!
+//! | algorithm (verl name) | composition and formula |
+//! |---|---|
+//! | aggregation `token-sum` (§0 table) | [`aggregate`]`(TokenSum)`: `Σ_i Σ_t m ℓ` |
+//! | verl global-batch normalisation (§0 "gradient accumulation") | [`AggScale::verl`]`(dp_size, batch_num_tokens, global_batch_size, loss_scale_factor)` in every loss, [`value_loss`] included: each mode's loss × `dp_size`, with the global counts as denominators |
+//! | OPO `opo` (Hao et al., arXiv:2505.23585) | [`opo_advantages`]: `A_i = R_i − Σ_g L_j R_j / Σ_g L_j`, `L_j = Σ_t m` (response length) → [`ppo_clip_loss`] → `token-mean` |
+//! | GPG `gpg` (Chu et al., arXiv:2504.02546) | [`gpg_advantages`]: `A_i = α (R_i − mean_g R)/f_norm`, `α = B/#{R ≠ 0}` → [`gpg_loss`]: `ℓ = −Â log π_θ` → `token-mean` |
+//! | ReMax `remax` (Li et al., arXiv:2310.10505) | greedy rollout per prompt → [`remax_advantages`]: `A_t = Σ_{k≥t} m r_k − R(greedy)` → [`vanilla_pg_loss`] / [`ppo_clip_loss`] |
+//! | GDPO `gdpo` (arXiv:2601.05242) | reward components `R_k` (verl `gdpo_reward_keys`, weights `w_k`) → [`gdpo_advantages`]: `whiten(Σ_k w_k (R_k − mean_g R_k)/(std_g R_k + ε))` → [`ppo_clip_loss`] |
+//! | pass@k `grpo_passk` (arXiv:2503.19595 as cited by verl) | [`grpo_passk_advantages`]: best of the group `A = (R_max − R_2nd)/(std_g R + ε)`, others 0 → [`ppo_clip_loss`] |
+//! | OTB `optimal_token_baseline` (verl `docs/algo/otb.md`; richardli.xyz/optimal-token-baseline) | [`sum_pi_squared`] of the old logits → [`optimal_token_baseline_advantages`]: `w_t = 1 − 2π_t + Σπ²` (× ρ̄² with IS), `W_t = Σ_{j≤t} m w_j`, `B_t = Σ_g G_t W_t / Σ_g W_t`, `A_t = G_t − B_t` |
+//! | TIR-OTB `tir_optimal_token_baseline` | as OTB, positions counted in policy tokens across tool-output holes: [`tir_optimal_token_baseline_advantages`] |
+//! | SAPO `sapo` (Gao et al., arXiv:2511.20347) | [`group_advantages`] → [`sapo_loss`]: `ℓ = −σ(τ(r − 1))·(4/τ)·Â`, `τ = τ_pos` if `Â > 0` else `τ_neg`; always `seq-mean-token-mean` (verl ignores `loss_agg_mode`) |
+//! | GMPO `geo_mean` (Zhao et al., arXiv:2507.20673) | [`group_advantages`] → [`geo_mean_loss`]: `ℓ_i = −Â_i exp(mean_t clip_sgn(Â)(log r_t, −ε_low, ε_high))`, plain mean over the batch's sequences (verl ignores `loss_agg_mode`) |
+//! | DPPO `dppo_tv`, `dppo_kl` (arXiv:2602.04879) | [`dppo_loss`]: `ℓ = −Â sg(min(r, c)) log π_θ · sg(1[divergence of the sampled token within δ on the side Â pushes])`, TV `π_θ − π_old` or binary KL |
+//! | DRO `dro` (Richemond et al., arXiv:2405.19107) | [`dro_loss`]: `ℓ = −(Â log π_θ − ½β (log π_θ − log π_old)²)` |
+//! | bypass mode `bypass_mode` (§13 "bypass"; verl `rollout_corr_math.md`) | `old = log π_rollout` → [`bypass_mode_loss`]: [`rollout_correction_and_rejection`]`(sg(π_θ), π_rollout)` inside the loss → `ppo_clip` (no IS weights) or `reinforce` `−Â sg(w) log π_θ`, on the rejection-modified mask |
+//! | KL `abs`, straight-through `k1+`/`k3+`/`low_var_kl+`/`abs+` (§11 "gradient caveat") | [`kl_estimate`]: `abs(log π_θ − log π_ref)`; `k+ = k2 − sg(k2) + sg(k)`: value of `k`, gradient of `k2 = ½(log π_θ − log π_ref)²` |
+//! | verl rollout correction (§13 TIS/MIS/IcePop) | [`RolloutCorrectionConfig`] (verl's strings) → [`RolloutCorrectionSpec`] → [`rollout_correction_and_rejection`]: token/sequence IS (truncated, `"lo_hi"` IcePop, batch-normalised), rejection `token_k1..3`, `seq_sum_k1..3`, `seq_mean_k1..3`, `seq_max_k2/3`, comma-combined; `rollout_corr/…` metrics |
+//! | `masked_var` (verl `torch_functional`) | [`masked_var`]`(unbiased)`: `Σ m (x − μ)²/Σ m`, × `n/(n − 1)` |
+//!
+//! ## Remaining differences from verl 0.9.1 (everything else matches its own functions at f32
+//! tolerance, see `tests/verl_fixtures.rs`)
+//!
+//! - **Two loss names mean different things.** verl's `loss_mode: vanilla` is PPO clip with
+//!   dual clip (`clip_ratio_c`, default 3): select [`PolicyLoss::PpoClip`] with
+//!   `dual_clip: Some(3.0)`; agentrl's `vanilla` is the unclipped importance-weighted PG
+//!   (kept: the existing presets use it). verl's `gspo` is GSPO-token: select `gspo-token`
+//!   (agentrl's `gspo` is the sequence-level form; the two agree for sequence-level
+//!   advantages). Both pairs are compared with verl in `tests/verl_fixtures.rs`.
+//! - **REINFORCE's loss value.** [`vanilla_pg_loss`] with `old = sg(log π_θ)` reports `−Â·r = −Â`;
+//!   verl's `compute_policy_loss_reinforce` reports `−Â log π_θ`. Same gradient; the ratio form
+//!   is also PPO at `r = 1`, which the crate's properties rely on.
+//! - **Singletons in `rloo_vectorized`.** verl's vectorized RLOO gives a group of size 1
+//!   advantage 0, its loop `rloo` (and every estimator here) the raw reward; `rloo_vectorized`
+//!   is therefore not accepted as a name.
+//! - **Outcome rewards are masked sums.** [`sequence_rewards`] adds the token rewards on valid
+//!   tokens only; verl's outcome estimators sum `token_level_rewards` over every position. They
+//!   differ only for a reward placed on a masked token (e.g. a response with no valid token).
+//! - **Zero-variance groups** get advantage exactly 0, where verl divides a float-rounding
+//!   residue of the mean by `std + 1e-6` (same up to that residue).
+//! - **Clip-Cov / KL-Cov** select `⌊r·N⌋` tokens (paper), verl `max(⌊r·N⌋, 1)`; Clip-Cov's pick
+//!   is a seeded ChaCha8 draw, verl's `torch.randperm`.
+//! - **All-masked batches** aggregate to 0 (verl: NaN for `token-mean`); OPO gives a group with
+//!   no valid token baseline 0 (verl: NaN).
+//! - **Masked positions** hold 0 in the ReMax, OTB and TIR-OTB advantages and returns (verl
+//!   leaves the reward-to-go on observation holes; the loss mask drops them either way).
+//! - **pass@k ties** for the best reward go to the first sequence in batch order (torch's
+//!   `topk` leaves it unspecified).
+//! - **GDPO components** are passed per sequence ([`AdvantageExtras::reward_components`]);
+//!   verl reads them from `non_tensor_batch[gdpo_reward_keys]` and places them on the last
+//!   response token, which gives the same sums.
+//! - **Masked-mean denominators.** verl adds `1e-8` to masked-mean denominators (and to the
+//!   per-sequence token counts of `seq-mean-token-mean`); the losses here divide by the exact
+//!   count (≤ 1e-8 relative; the ported estimators and rollout metrics keep verl's `+1e-8`).
+//! - **Multi-rank IS batch normalisation** (`distributed_masked_mean`) is not modelled: pass
+//!   the global batch to get the same factor.
+//! - **Orientation of ratio bounds.** [`mis_weights`] / [`RolloutCorrection::Mis`] bound
+//!   `ρ = π_train/π_rollout`; verl's `k1` rejection strings bound `π_rollout/π_train`. Both exist
+//!   and are named so: the verl strings ([`RolloutCorrectionConfig`]) keep verl's meaning.
 
 pub mod advantages;
 pub mod aggregation;
@@ -50,26 +116,34 @@ pub mod beyond;
 mod checks;
 pub mod entropy;
 pub mod error;
+pub mod estimators;
 pub mod eval;
 pub mod kl;
 pub mod offpolicy;
 pub mod overlong;
 pub mod policy_loss;
+pub mod policy_loss_verl;
 pub mod returns;
+pub mod rollout_corr;
 
 pub use advantages::{
-    broadcast_to_tokens, compute_advantages, dynamic_sampling_filter, group_advantages,
-    reinforce_pp_advantages, reinforce_pp_baseline_advantages, sequence_rewards,
-    AdvantageEstimator, AdvantageInputs, AdvantageOutput, DynamicSamplingFilter, GroupAdvantages,
-    GroupBaseline,
+    broadcast_to_tokens, compute_advantages, compute_advantages_with, dynamic_sampling_filter,
+    group_advantages, reinforce_pp_advantages, reinforce_pp_baseline_advantages, sequence_rewards,
+    AdvantageEstimator, AdvantageExtras, AdvantageInputs, AdvantageOutput, DynamicSamplingFilter,
+    GroupAdvantages, GroupBaseline,
 };
 pub use aggregation::{aggregate, masked_mean_value, step_scale, AggMode, AggScale};
 pub use beyond::{
     distill_advantages, dpo_loss, gkd_jsd_per_token, gkd_loss, reverse_kl_per_token,
     sequence_log_probs, sft_nll_loss, DpoOutput,
 };
-pub use entropy::{entropy_bonus_loss, entropy_from_logits, token_log_probs};
+pub use entropy::{entropy_bonus_loss, entropy_from_logits, sum_pi_squared, token_log_probs};
 pub use error::{Result, RlError};
+pub use estimators::{
+    gdpo_advantages, gpg_advantages, grpo_passk_advantages, opo_advantages,
+    optimal_token_baseline_advantages, remax_advantages, tir_optimal_token_baseline_advantages,
+    OtbInputs,
+};
 pub use eval::{
     bootstrap_ci, mean_pass_at_k, mean_pass_hat_k, pass_at_k, pass_hat_k, ConfidenceInterval,
 };
@@ -86,4 +160,14 @@ pub use policy_loss::{
     ppo_clip_loss, token_ratio, vanilla_pg_loss, ClipCovParams, PolicyLoss, PolicyLossDiagnostics,
     PolicyLossInputs, PolicyLossOutput,
 };
-pub use returns::{discounted_returns, gae, masked_whiten, value_loss, GaeOutput, ValueLossOutput};
+pub use policy_loss_verl::{
+    bypass_mode_loss, dppo_loss, dro_loss, geo_mean_loss, gpg_loss, sapo_loss, BypassLossType,
+    DppoDivergence,
+};
+pub use returns::{
+    discounted_returns, gae, masked_var, masked_whiten, value_loss, GaeOutput, ValueLossOutput,
+};
+pub use rollout_corr::{
+    rollout_corr_metrics, rollout_correction_and_rejection, IsLevel, RolloutCorrectionConfig,
+    RolloutCorrectionOutput, RolloutCorrectionSpec, RsFilter, RsOption, ThresholdSpec,
+};

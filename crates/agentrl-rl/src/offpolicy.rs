@@ -38,13 +38,15 @@ pub enum RolloutCorrection {
         /// Truncation C (FlashRL / verl default 2.0).
         cap: f64,
     },
-    /// Masked IS.
+    /// Masked IS. Orientation: `low`/`high` bound `ρ = π_train/π_rollout` (agentrl's
+    /// convention). verl's `token_k1` / `seq_*_k1` strings bound the reciprocal
+    /// `π_rollout/π_train`; use [`crate::RolloutCorrectionConfig`] for verl's meaning.
     Mis {
         /// Token, sequence or geometric level.
         level: MisLevel,
-        /// Lower bound `C_low` on the thresholded ratio.
+        /// Lower bound `C_low` on the thresholded ratio `ρ = π_train/π_rollout`.
         low: f64,
-        /// Upper bound `C_high`.
+        /// Upper bound `C_high` on `ρ = π_train/π_rollout`.
         high: f64,
         /// Token veto: reject a whole sequence if any `ρ_t` is below this.
         veto: Option<f64>,
@@ -183,6 +185,11 @@ pub fn tis_weights(
 /// `seq_is_rs` / `geo_rs`): reject (weight 0) outside `[low, high]`, otherwise keep the ratio
 /// (token/sequence) or weight 1 (geometric, a pure rejection filter). `veto`: reject a whole
 /// sequence if any `ρ_t < veto`.
+///
+/// Orientation: `[low, high]` bounds `ρ = π_train/π_rollout`. verl's `k1` rejection strings
+/// (`token_k1` at `"lo_hi"`) bound `π_rollout/π_train` instead; with `"0.5_1.5"` verl keeps
+/// `1/1.5 ≤ ρ ≤ 2` where this keeps `0.5 ≤ ρ ≤ 1.5`. For verl's meaning use
+/// [`crate::rollout_correction_and_rejection`].
 pub fn mis_weights(
     train_log_probs: &Tensor,
     rollout_log_probs: &Tensor,

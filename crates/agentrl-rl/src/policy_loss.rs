@@ -10,6 +10,8 @@
 //!
 //! Log-ratios are clamped to ±20 before `exp` (verl), GSPO's sequence log-ratio to ≤ 10.
 
+use std::collections::BTreeMap;
+
 use candle_core::Tensor;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -25,6 +27,10 @@ pub const LOG_RATIO_CLAMP: f64 = 20.0;
 pub const GSPO_LOG_RATIO_MAX: f64 = 10.0;
 
 /// The policy losses a trainer can select by name (verl `policy_loss.loss_mode`).
+///
+/// `BypassMode` carries its parsed rollout-correction spec inline (a few hundred bytes) so the
+/// enum stays `Copy`; it is built once per run, so the size does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum PolicyLoss {
@@ -84,6 +90,68 @@ pub enum PolicyLoss {
         kl_cov_ratio: f64,
         /// β: coefficient of the `|log-ratio|` penalty (default 1).
         kl_coef: f64,
+    },
+    /// SAPO soft gate (verl `sapo`); always `seq-mean-token-mean`. See
+    /// [`crate::sapo_loss`].
+    #[serde(rename = "sapo")]
+    Sapo {
+        /// Gate temperature for `Â > 0` (verl `tau_pos`).
+        tau_pos: f64,
+        /// Gate temperature for `Â ≤ 0` (verl `tau_neg`).
+        tau_neg: f64,
+    },
+    /// GMPO geometric-mean ratio (verl `geo_mean`); ignores the aggregation mode. See
+    /// [`crate::geo_mean_loss`].
+    #[serde(rename = "geo_mean", alias = "geo-mean", alias = "gmpo")]
+    GeoMean {
+        /// ε_low on the token log-ratio.
+        clip_low: f64,
+        /// ε_high on the token log-ratio.
+        clip_high: f64,
+    },
+    /// DPPO with a total-variation trust region (verl `dppo_tv`). See [`crate::dppo_loss`].
+    #[serde(rename = "dppo_tv", alias = "dppo-tv")]
+    DppoTv {
+        /// δ_low (verl `clip_ratio_low`).
+        clip_low: f64,
+        /// δ_high (verl `clip_ratio_high`).
+        clip_high: f64,
+        /// Truncation `c` of the detached IS ratio (verl `clip_ratio_c`, default 20).
+        clip_ratio_c: f64,
+    },
+    /// DPPO with a binary-KL trust region (verl `dppo_kl`). See [`crate::dppo_loss`].
+    #[serde(rename = "dppo_kl", alias = "dppo-kl")]
+    DppoKl {
+        /// δ_low (verl `clip_ratio_low`).
+        clip_low: f64,
+        /// δ_high (verl `clip_ratio_high`).
+        clip_high: f64,
+        /// Truncation `c` of the detached IS ratio (verl `clip_ratio_c`, default 20).
+        clip_ratio_c: f64,
+    },
+    /// GPG: `−Â log π_θ` (verl `gpg`). See [`crate::gpg_loss`].
+    #[serde(rename = "gpg")]
+    Gpg,
+    /// DRO quadratic log-ratio penalty (verl `dro`). See [`crate::dro_loss`].
+    #[serde(rename = "dro")]
+    Dro {
+        /// β > 0 (verl `policy_loss.dro_beta`).
+        dro_beta: f64,
+    },
+    /// verl bypass mode: rollout correction inside the loss, `old_log_probs` = rollout
+    /// log-probs (verl `bypass_mode`). See [`crate::bypass_mode_loss`].
+    #[serde(rename = "bypass_mode", alias = "bypass-mode")]
+    BypassMode {
+        /// `ppo_clip` or `reinforce` (verl `rollout_correction.loss_type`).
+        loss_type: crate::BypassLossType,
+        /// ε_low of `ppo_clip`.
+        clip_low: f64,
+        /// ε_high of `ppo_clip`.
+        clip_high: f64,
+        /// Dual-clip constant of `ppo_clip` (verl `clip_ratio_c`, default 3).
+        clip_ratio_c: f64,
+        /// verl's `rollout_correction` block (field names and strings as verl spells them).
+        rollout_correction: crate::RolloutCorrectionSpec,
     },
 }
 
@@ -150,13 +218,17 @@ pub struct PolicyLossOutput {
     pub per_token: Tensor,
     /// Clip fractions, approx KL, ratio statistics.
     pub diagnostics: PolicyLossDiagnostics,
+    /// verl's metrics under verl's keys, for the losses ported from verl's registry
+    /// (`actor/pg_clipfrac`, `actor/ppo_kl`, `actor/pg_clipfrac_lower`; bypass mode adds
+    /// `rollout_corr/…`). Empty for the other losses.
+    pub metrics: BTreeMap<String, f64>,
 }
 
-struct Checked {
-    mask_rows: Vec<Vec<f32>>,
+pub(crate) struct Checked {
+    pub(crate) mask_rows: Vec<Vec<f32>>,
 }
 
-fn check(func: &'static str, x: &PolicyLossInputs<'_>) -> Result<Checked> {
+pub(crate) fn check(func: &'static str, x: &PolicyLossInputs<'_>) -> Result<Checked> {
     let (b, n) = checks::dims2(func, "log_probs", x.log_probs)?;
     checks::same2(func, "old_log_probs", x.old_log_probs, b, n)?;
     checks::same2(func, "advantages", x.advantages, b, n)?;
@@ -168,7 +240,7 @@ fn check(func: &'static str, x: &PolicyLossInputs<'_>) -> Result<Checked> {
     })
 }
 
-fn check_clip(func: &'static str, low: f64, high: f64) -> Result<()> {
+pub(crate) fn check_clip(func: &'static str, low: f64, high: f64) -> Result<()> {
     if !(low >= 0.0 && low.is_finite()) {
         return Err(RlError::invalid(
             func,
@@ -227,7 +299,7 @@ fn masked_stats(values: &[Vec<f32>], mask: &[Vec<f32>]) -> Stats {
     }
 }
 
-fn masked_frac(mask: &[Vec<f32>], pred: impl Fn(usize, usize) -> bool) -> f32 {
+pub(crate) fn masked_frac(mask: &[Vec<f32>], pred: impl Fn(usize, usize) -> bool) -> f32 {
     let (mut hit, mut count) = (0.0f64, 0.0f64);
     for (i, mr) in mask.iter().enumerate() {
         for (t, &m) in mr.iter().enumerate() {
@@ -247,7 +319,7 @@ fn masked_frac(mask: &[Vec<f32>], pred: impl Fn(usize, usize) -> bool) -> f32 {
 }
 
 /// Shared tail: weights, aggregation, ratio/approx-KL diagnostics.
-fn finish(
+pub(crate) fn finish(
     x: &PolicyLossInputs<'_>,
     c: &Checked,
     per_token: Tensor,
@@ -273,6 +345,7 @@ fn finish(
         loss,
         per_token,
         diagnostics,
+        metrics: BTreeMap::new(),
     })
 }
 
@@ -751,5 +824,54 @@ pub fn compute_policy_loss(
             kl_cov_ratio,
             kl_coef,
         } => kl_cov_loss(x, kl_cov_ratio, kl_coef, agg, scale),
+        PolicyLoss::Sapo { tau_pos, tau_neg } => crate::sapo_loss(x, tau_pos, tau_neg, scale),
+        PolicyLoss::GeoMean {
+            clip_low,
+            clip_high,
+        } => crate::geo_mean_loss(x, clip_low, clip_high),
+        PolicyLoss::DppoTv {
+            clip_low,
+            clip_high,
+            clip_ratio_c,
+        } => crate::dppo_loss(
+            x,
+            crate::DppoDivergence::Tv,
+            clip_low,
+            clip_high,
+            clip_ratio_c,
+            agg,
+            scale,
+        ),
+        PolicyLoss::DppoKl {
+            clip_low,
+            clip_high,
+            clip_ratio_c,
+        } => crate::dppo_loss(
+            x,
+            crate::DppoDivergence::BinaryKl,
+            clip_low,
+            clip_high,
+            clip_ratio_c,
+            agg,
+            scale,
+        ),
+        PolicyLoss::Gpg => crate::gpg_loss(x, agg, scale),
+        PolicyLoss::Dro { dro_beta } => crate::dro_loss(x, dro_beta, agg, scale),
+        PolicyLoss::BypassMode {
+            loss_type,
+            clip_low,
+            clip_high,
+            clip_ratio_c,
+            rollout_correction,
+        } => crate::bypass_mode_loss(
+            x,
+            loss_type,
+            clip_low,
+            clip_high,
+            clip_ratio_c,
+            &rollout_correction,
+            agg,
+            scale,
+        ),
     }
 }

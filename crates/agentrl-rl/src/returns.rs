@@ -109,6 +109,41 @@ pub fn gae(
     })
 }
 
+/// Masked variance of a `[B, T]` tensor over valid tokens, as a host `f64` (verl
+/// `torch_functional.masked_var`): `mean = Σ m x / (Σ m + 1e-8)`, `var = Σ m (x − mean)² /
+/// (Σ m + 1e-8)`, times the Bessel factor `n/(n − 1)` when `unbiased` (n = Σ m).
+///
+/// Errors (as verl raises) when `unbiased` and fewer than 2 tokens are valid; the biased
+/// variance of an all-masked batch is 0.
+pub fn masked_var(values: &Tensor, mask: &Tensor, unbiased: bool) -> Result<f64> {
+    const F: &str = "masked_var";
+    let (b, n) = checks::dims2(F, "values", values)?;
+    let m = checks::mask_rows(F, mask, b, n)?;
+    let v = checks::finite_rows(F, "values", values)?;
+    let valid = || {
+        v.iter()
+            .zip(&m)
+            .flat_map(|(vr, mr)| vr.iter().zip(mr).filter(|(_, &w)| w > 0.0))
+            .map(|(&x, _)| f64::from(x))
+    };
+    let count = valid().count() as f64;
+    if unbiased && count < 2.0 {
+        return Err(RlError::Empty {
+            func: F,
+            what: format!(
+                "the unbiased variance needs at least 2 valid tokens in `mask`, found {count}"
+            ),
+        });
+    }
+    let mean = valid().sum::<f64>() / (count + 1e-8);
+    let var = valid().map(|x| (x - mean).powi(2)).sum::<f64>() / (count + 1e-8);
+    Ok(if unbiased {
+        var * count / (count - 1.0)
+    } else {
+        var
+    })
+}
+
 /// Whitens `values` over valid tokens: `(x − mean) / sqrt(var + 1e-8)`, with the unbiased
 /// (Bessel-corrected) masked variance (ALGORITHMS.md §2, §8; verl `masked_whiten`). With
 /// `shift_mean = false` the mean is added back (scale only). Masked tokens are 0 in the output.
