@@ -49,7 +49,11 @@ impl Decoder for TinyAgent {
         KvCache::new(self.config(), rows)
     }
 
-    fn decode(&self, rows: &[&[u32]], cache: &mut KvCache) -> anyhow::Result<Vec<Option<Vec<f32>>>> {
+    fn decode(
+        &self,
+        rows: &[&[u32]],
+        cache: &mut KvCache,
+    ) -> anyhow::Result<Vec<Option<Vec<f32>>>> {
         let out = self.forward_step_ragged(rows, cache)?;
         let (b, n, v) = out.logits.dims3()?;
         // Gather each row's last fed position before copying to the host: prefill chunks can
@@ -143,6 +147,9 @@ impl<D: Decoder + ?Sized> Decoder for &D {
     }
 }
 
+/// A cache ready for a call, and what each of its rows still has to feed.
+type Prepared<C> = (CachedRows<C>, Vec<Vec<u32>>);
+
 /// The rows a cache holds between calls.
 struct CachedRows<C> {
     cache: C,
@@ -173,7 +180,7 @@ impl<D: Decoder> LocalEngine<D> {
 
     /// Reuses the cache when every request extends a cached session; returns the cache, each
     /// row's tokens already fed, and what each row still has to feed.
-    fn prepare(&mut self, requests: &[GenerateRequest]) -> anyhow::Result<(CachedRows<D::Cache>, Vec<Vec<u32>>)> {
+    fn prepare(&mut self, requests: &[GenerateRequest]) -> anyhow::Result<Prepared<D::Cache>> {
         if let Some(mut cached) = self.cached.take() {
             let mut keep = Vec::with_capacity(requests.len());
             for req in requests {
@@ -190,8 +197,10 @@ impl<D: Decoder> LocalEngine<D> {
             distinct.dedup();
             if keep.len() == requests.len() && distinct.len() == keep.len() {
                 self.decoder.retain_rows(&mut cached.cache, &keep)?;
-                let rows: Vec<(u64, Vec<u32>)> =
-                    keep.iter().map(|&r| std::mem::take(&mut cached.rows[r])).collect();
+                let rows: Vec<(u64, Vec<u32>)> = keep
+                    .iter()
+                    .map(|&r| std::mem::take(&mut cached.rows[r]))
+                    .collect();
                 let feeds = rows
                     .iter()
                     .zip(requests)
@@ -272,7 +281,12 @@ impl<D: Decoder> Engine for LocalEngine<D> {
                     .as_ref()
                     .ok_or_else(|| anyhow::anyhow!("generate: row {i} fed nothing"))?;
                 let (token, logprob) = sample_token(row_logits, &params.sampling, &mut rngs[i])
-                    .map_err(|e| e.context(format!("generate: row {i}, completion token {}", out[i].tokens.len())))?;
+                    .map_err(|e| {
+                        e.context(format!(
+                            "generate: row {i}, completion token {}",
+                            out[i].tokens.len()
+                        ))
+                    })?;
                 let completion = &mut out[i];
                 completion.tokens.push(token);
                 completion.logprobs.push(logprob);
@@ -369,7 +383,9 @@ mod tests {
         let model = model();
         let prompts = vec![vec![1, 2, 3], vec![4, 5, 6, 7, 8], vec![9]];
         let mut engine = LocalEngine::new(&model);
-        let gens = engine.generate(&requests(&prompts, 0), &params(12, &[18])).unwrap();
+        let gens = engine
+            .generate(&requests(&prompts, 0), &params(12, &[18]))
+            .unwrap();
         for (prompt, gen) in prompts.iter().zip(&gens) {
             assert!(!gen.tokens.is_empty());
             assert_eq!(gen.logprob_kind, LogprobKind::TemperatureScaled);
@@ -378,7 +394,10 @@ mod tests {
             let scored = score(&model, &seq);
             for (k, lp) in gen.logprobs.iter().enumerate() {
                 let want = scored[prompt.len() + k];
-                assert!((lp - want).abs() < 1e-5, "token {k}: engine {lp} vs trainer {want}");
+                assert!(
+                    (lp - want).abs() < 1e-5,
+                    "token {k}: engine {lp} vs trainer {want}"
+                );
             }
         }
     }
@@ -389,10 +408,15 @@ mod tests {
         let prompts = vec![vec![1, 2], vec![3]];
         let run = |seed| {
             let mut engine = LocalEngine::new(&model);
-            engine.generate(&requests(&prompts, seed), &params(10, &[5, 6, 7])).unwrap()
+            engine
+                .generate(&requests(&prompts, seed), &params(10, &[5, 6, 7]))
+                .unwrap()
         };
         assert_eq!(run(3), run(3));
-        assert!((0..8).any(|s| run(s) != run(3)), "different seeds should differ");
+        assert!(
+            (0..8).any(|s| run(s) != run(3)),
+            "different seeds should differ"
+        );
         // A row's sample does not depend on its batch neighbours.
         let mut alone = LocalEngine::new(&model);
         let single = alone
@@ -411,7 +435,9 @@ mod tests {
         let model = model();
         let prompts = vec![vec![1, 2, 3], vec![4, 5]];
         let mut warm = LocalEngine::new(&model);
-        let first = warm.generate(&requests(&prompts, 0), &params(3, &[])).unwrap();
+        let first = warm
+            .generate(&requests(&prompts, 0), &params(3, &[]))
+            .unwrap();
         // The next turn: each prompt extended by its completion and an "observation".
         let next: Vec<Vec<u32>> = prompts
             .iter()
@@ -445,8 +471,12 @@ mod tests {
         let mut bad = params(4, &[]);
         bad.sampling.top_p = 0.0;
         assert!(engine.generate(&requests(&[vec![1]], 0), &bad).is_err());
-        assert!(engine.generate(&requests(&[vec![1; 64]], 0), &params(8, &[])).is_err());
-        assert!(engine.generate(&requests(&[vec![]], 0), &params(8, &[])).is_err());
+        assert!(engine
+            .generate(&requests(&[vec![1; 64]], 0), &params(8, &[]))
+            .is_err());
+        assert!(engine
+            .generate(&requests(&[vec![]], 0), &params(8, &[]))
+            .is_err());
         let err = engine
             .sync_weights(&WeightSync::FullWeights {
                 dir: "x".into(),
@@ -454,7 +484,9 @@ mod tests {
             })
             .unwrap_err();
         assert!(err.to_string().contains("in place"));
-        engine.sync_weights(&WeightSync::Shared { version: 3 }).unwrap();
+        engine
+            .sync_weights(&WeightSync::Shared { version: 3 })
+            .unwrap();
         assert_eq!(engine.weight_version(), 3);
     }
 }

@@ -210,6 +210,10 @@ mod tests {
             temperature: -1.0,
             ..Default::default()
         };
-        assert!(bad.validate().unwrap_err().to_string().contains("temperature"));
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("temperature"));
     }
 }

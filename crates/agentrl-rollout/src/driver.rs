@@ -148,7 +148,8 @@ pub fn run_episodes<E: Env + Send, R: Rng + ?Sized>(
         let mut actions: std::collections::HashMap<usize, Action> = Default::default();
         for (&ep, completion) in live.iter().zip(completions) {
             anyhow::ensure!(
-                !completion.tokens.is_empty() && completion.tokens.len() == completion.logprobs.len(),
+                !completion.tokens.is_empty()
+                    && completion.tokens.len() == completion.logprobs.len(),
                 "task {}: the engine returned {} tokens with {} log-probs",
                 episodes[ep].task_id,
                 completion.tokens.len(),
@@ -181,7 +182,10 @@ pub fn run_episodes<E: Env + Send, R: Rng + ?Sized>(
                 continue;
             }
             let obs = codec.observation_ids(&step.observation).map_err(|e| {
-                e.context(format!("task {}: rendering an observation", episode.task_id))
+                e.context(format!(
+                    "task {}: rendering an observation",
+                    episode.task_id
+                ))
             })?;
             if episode.len() + obs.len() + max_action > budget {
                 // No room for the observation and another action: cut here and let the

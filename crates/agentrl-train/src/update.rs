@@ -128,13 +128,15 @@ pub fn update(
     // engine's sampling log-probs. Values for GAE come from the same pass.
     let needs_values = algorithm.uses_critic();
     let (old_log_probs, old_values) = if knobs.old_logprob_pass || needs_values {
-        let (logp, _, values) =
-            score(setup.policy, &batch.input_ids, &batch.targets, setup.temperature)?;
+        let (logp, _, values) = score(
+            setup.policy,
+            &batch.input_ids,
+            &batch.targets,
+            setup.temperature,
+        )?;
         let logp = logp.detach();
-        metrics.engine_logprob_gap = masked_mean_value(
-            &(&logp - &batch.old_logprobs)?.abs()?,
-            &batch.loss_mask,
-        )? as f64;
+        metrics.engine_logprob_gap =
+            masked_mean_value(&(&logp - &batch.old_logprobs)?.abs()?, &batch.loss_mask)? as f64;
         let old = if knobs.old_logprob_pass {
             logp
         } else {
@@ -154,8 +156,12 @@ pub fn update(
     // Reference log-probs for KL (frozen policy; no gradient).
     let ref_log_probs = match (setup.reference, setup.kl_coef > 0.0) {
         (Some(reference), true) => {
-            let (logp, _, _) =
-                score(reference, &batch.input_ids, &batch.targets, setup.temperature)?;
+            let (logp, _, _) = score(
+                reference,
+                &batch.input_ids,
+                &batch.targets,
+                setup.temperature,
+            )?;
             Some(logp.detach())
         }
         (None, true) => anyhow::bail!("update: kl_coef > 0 but no reference policy was given"),

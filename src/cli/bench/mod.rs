@@ -60,7 +60,10 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
     match args.target {
         BenchTarget::Gym { json, tasks } => agentrl_gym::bench::run(json, &tasks),
         BenchTarget::Train { json, seed, set } => {
-            let mut overrides: Vec<String> = seed.map(|s| format!("train.seed={s}")).into_iter().collect();
+            let mut overrides: Vec<String> = seed
+                .map(|s| format!("train.seed={s}"))
+                .into_iter()
+                .collect();
             overrides.extend(set);
             train::run(json, &overrides)
         }

@@ -109,7 +109,9 @@ fn synthetic_batch(shapes: &TrainStepShapes, device: &Device) -> anyhow::Result<
         old_logprobs: Tensor::full(-(shapes.vocab as f32).ln(), (b, t), device)?,
         turn_ids: Tensor::zeros((b, t), DType::U32, device)?,
         group_ids: (0..b).map(|i| i / shapes.group_size.max(1)).collect(),
-        rewards: (0..b).map(|_| f32::from(u8::from(rng.random_bool(0.5)))).collect(),
+        rewards: (0..b)
+            .map(|_| f32::from(u8::from(rng.random_bool(0.5))))
+            .collect(),
     })
 }
 
@@ -318,7 +320,10 @@ mod tests {
             steps: 2,
         };
         let timing = time_candle(&shapes).unwrap();
-        assert!(timing.step_ms > 0.0 && timing.loss.is_finite(), "{timing:?}");
+        assert!(
+            timing.step_ms > 0.0 && timing.loss.is_finite(),
+            "{timing:?}"
+        );
         assert!(script_path().exists());
     }
 }

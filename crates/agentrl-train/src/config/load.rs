@@ -58,7 +58,10 @@ pub fn load_config(path: Option<&Path>, overrides: &[String]) -> anyhow::Result<
         let section = apply_override(&mut raw, item)?;
         check_section(&raw, &section, &sections).with_context(|| format!("--set {item}"))?;
     }
-    from_table(raw, path.map_or("configs/default.toml".into(), |p| p.display().to_string()))
+    from_table(
+        raw,
+        path.map_or("configs/default.toml".into(), |p| p.display().to_string()),
+    )
 }
 
 /// Parses a complete config file as written to a run directory (no layering: every key must

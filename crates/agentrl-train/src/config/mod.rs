@@ -55,7 +55,10 @@ mod tests {
                 panic!("section [{section}] missing from configs/default.toml");
             };
             for key in body.keys() {
-                assert!(in_file.contains_key(key), "{section}.{key} missing from default.toml");
+                assert!(
+                    in_file.contains_key(key),
+                    "{section}.{key} missing from default.toml"
+                );
             }
         }
         Ok(())
@@ -72,7 +75,12 @@ mod tests {
             assert!(v.errors.is_empty(), "{}: {:?}", path.display(), v.errors);
             // The written-out config (as stored in a run) reads back unchanged.
             let back = parse_config_file_from_str(&config.to_toml()?)?;
-            assert_eq!(back.algorithm.knobs, config.algorithm.knobs, "{}", path.display());
+            assert_eq!(
+                back.algorithm.knobs,
+                config.algorithm.knobs,
+                "{}",
+                path.display()
+            );
             assert_eq!(back.algorithm.name, config.algorithm.name);
             assert_eq!(back.optim, config.optim);
             seen.push(config.algorithm.name);
@@ -112,7 +120,10 @@ mod tests {
         let err = parse_config_file_from_str(cut).unwrap_err().to_string();
         assert!(err.contains("config.toml"), "{err}");
         let err = parse_config_file_from_str("").unwrap_err().to_string();
-        assert!(err.contains("config.toml") && err.contains("missing"), "{err}");
+        assert!(
+            err.contains("config.toml") && err.contains("missing"),
+            "{err}"
+        );
         Ok(())
     }
 
@@ -248,13 +259,27 @@ mod tests {
         // The default run's entropy bonus belongs to the GRPO preset and does not leak into
         // the others.
         assert_eq!(with(&[]).unwrap().algorithm.knobs.entropy_coef, 0.01);
-        for name in ["ppo", "dapo", "rloo", "gspo", "cispo", "dr_grpo", "reinforce_pp"] {
-            let k = with(&[&format!("algorithm.name={name}")]).unwrap().algorithm.knobs;
+        for name in [
+            "ppo",
+            "dapo",
+            "rloo",
+            "gspo",
+            "cispo",
+            "dr_grpo",
+            "reinforce_pp",
+        ] {
+            let k = with(&[&format!("algorithm.name={name}")])
+                .unwrap()
+                .algorithm
+                .knobs;
             assert_eq!(k.entropy_coef, 0.0, "{name}");
         }
         // A file that names another algorithm starts from that preset.
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/ppo.toml");
         let from_file = load_config(Some(&dir), &[]).unwrap();
-        assert_eq!(from_file.algorithm.knobs, crate::algo::Algorithm::Ppo.preset());
+        assert_eq!(
+            from_file.algorithm.knobs,
+            crate::algo::Algorithm::Ppo.preset()
+        );
     }
 }

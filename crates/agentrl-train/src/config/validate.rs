@@ -66,7 +66,10 @@ impl Config {
             ));
         }
         if !(o.weight_decay.is_finite() && o.weight_decay >= 0.0) {
-            errors.push(format!("optim.weight_decay = {} must be >= 0", o.weight_decay));
+            errors.push(format!(
+                "optim.weight_decay = {} must be >= 0",
+                o.weight_decay
+            ));
         }
         if !(o.grad_clip.is_finite() && o.grad_clip >= 0.0) {
             errors.push("optim.grad_clip must be >= 0 (0 disables clipping)".into());

@@ -390,7 +390,8 @@ impl Trainer {
             UpdateMetrics::default()
         } else {
             let episodes: Vec<Episode> = kept.iter().map(|(e, _)| e.clone()).collect();
-            let mut batch = Batch::from_episodes(&episodes, self.codec.vocab().pad_id(), &self.device)?;
+            let mut batch =
+                Batch::from_episodes(&episodes, self.codec.vocab().pad_id(), &self.device)?;
             batch.rewards = kept.iter().map(|(_, r)| *r).collect();
             let setup = UpdateSetup {
                 policy: &self.policy,
@@ -404,7 +405,13 @@ impl Trainer {
                 max_len: self.action_budget() as f64,
             };
             let mut shuffle = stream(seed, step as u64, STREAM_SHUFFLE);
-            update(&setup, &mut self.optimizer, &self.vars, &batch, &mut shuffle)?
+            update(
+                &setup,
+                &mut self.optimizer,
+                &self.vars,
+                &batch,
+                &mut shuffle,
+            )?
         };
         if let Some(kl) = update_metrics.kl_ref {
             self.kl.update(kl, 1)?;
