@@ -8,8 +8,13 @@
 
 use std::collections::BTreeMap;
 
-use agentrl_gym::Reward;
+use agentrl_chat::ChatCodec;
+use agentrl_engine::{Engine, SamplingParams};
+use agentrl_gym::{Env, Reward};
+use rand::Rng;
 use serde::{Deserialize, Serialize};
+
+use crate::driver::{run_groups, RolloutLimits};
 
 /// What evaluation needs to know about one finished episode.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -110,6 +115,37 @@ pub fn summarize(split: &str, outcomes: &[EpisodeOutcome], k: usize) -> anyhow::
             .map(|(task, &(m, solved))| (task.to_string(), solved as f64 / m as f64))
             .collect(),
     })
+}
+
+/// Tasks evaluated per driver call: bounds the batched forward's size and the number of live
+/// environments.
+pub const EVAL_CHUNK_TASKS: usize = 16;
+
+/// Evaluates a split with any engine: `samples` episodes per task (`make_envs(n)` gives `n`
+/// fresh environments), summarised with pass@k for `k <= samples`.
+#[allow(clippy::too_many_arguments)]
+pub fn evaluate_split<E: Env + Send, R: Rng + ?Sized>(
+    engine: &mut dyn Engine,
+    codec: &dyn ChatCodec,
+    sampling: &SamplingParams,
+    limits: &RolloutLimits,
+    split: &str,
+    task_ids: &[String],
+    samples: usize,
+    k: usize,
+    make_envs: &mut dyn FnMut(usize) -> Vec<E>,
+    rng: &mut R,
+) -> anyhow::Result<EvalReport> {
+    anyhow::ensure!(!task_ids.is_empty(), "split {split} has no tasks");
+    let mut outcomes = Vec::with_capacity(task_ids.len() * samples);
+    for chunk in task_ids.chunks(EVAL_CHUNK_TASKS) {
+        let mut envs = make_envs(chunk.len() * samples);
+        let episodes = run_groups(
+            engine, codec, sampling, limits, &mut envs, chunk, samples, rng,
+        )?;
+        outcomes.extend(episodes.iter().map(EpisodeOutcome::of));
+    }
+    summarize(split, &outcomes, k)
 }
 
 #[cfg(test)]

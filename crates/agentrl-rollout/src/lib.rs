@@ -18,5 +18,5 @@ pub mod shuffle;
 pub use batch::Batch;
 pub use driver::{run_episodes, run_groups, EpisodeJob, RolloutLimits};
 pub use episode::{Episode, TokenSource};
-pub use eval::{summarize, EpisodeOutcome, EvalReport};
+pub use eval::{evaluate_split, summarize, EpisodeOutcome, EvalReport};
 pub use shuffle::ShuffledCandidates;

@@ -394,12 +394,6 @@ fn split_even(items: &[u32], parts: usize) -> Vec<Vec<u32>> {
     out
 }
 
-/// Mean entropy of the policy over action tokens, without gradient (for metrics).
-pub fn mean_entropy(logits: &Tensor, mask: &Tensor) -> anyhow::Result<f64> {
-    let h = entropy_from_logits(&logits.detach())?;
-    Ok(masked_mean_value(&h, mask)? as f64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

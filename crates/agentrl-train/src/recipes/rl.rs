@@ -18,8 +18,8 @@ use agentrl_gym::{Action, BugFixEnv, EnvConfig, OutcomeCache, Split, TaskSet, To
 use agentrl_model::{ConstrainedPolicy, LogitBias, Policy, TinyAgent, TinyConfig};
 use agentrl_rl::KlController;
 use agentrl_rollout::{
-    run_groups, summarize, Batch, Episode, EpisodeOutcome, EvalReport, RolloutLimits,
-    ShuffledCandidates, TokenSource,
+    evaluate_split, run_groups, Batch, Episode, EvalReport, RolloutLimits, ShuffledCandidates,
+    TokenSource,
 };
 use agentrl_run::{write_atomic_with, RunDir, TrainState};
 use anyhow::{bail, Context};
@@ -581,14 +581,22 @@ impl Trainer {
             ..self.config.sampling.clone()
         };
         let mut rng = stream(self.config.train.seed, tag, STREAM_EVAL);
-        let mut outcomes = Vec::with_capacity(ids.len() * samples);
-        // Chunks bound the batched forward's size.
-        for chunk in ids.chunks(16) {
-            for ep in self.sample(chunk, samples, &sampling, false, &mut rng)? {
-                outcomes.push(EpisodeOutcome::of(&ep));
-            }
-        }
-        summarize(split.as_str(), &outcomes, k)
+        let mut engine = LocalEngine::new(&self.policy);
+        engine.sync_weights(&WeightSync::Shared {
+            version: self.state.step as u64,
+        })?;
+        evaluate_split(
+            &mut engine,
+            &self.codec,
+            &sampling,
+            &self.rollout_limits(),
+            split.as_str(),
+            &ids,
+            samples,
+            k,
+            &mut |n| self.envs(n),
+            &mut rng,
+        )
     }
 }
 
