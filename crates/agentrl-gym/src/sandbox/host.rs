@@ -59,6 +59,8 @@ pub(crate) struct HostSetup {
     pub read_only_paths: Vec<PathBuf>,
     /// Device files that stay readable and writable.
     pub read_write_files: Vec<PathBuf>,
+    /// The seccomp socket filter (see `seccomp.rs`); `None` when the kernel refuses it.
+    pub socket_filter: Option<seccompiler::BpfProgram>,
     pub notes: Vec<String>,
 }
 
@@ -215,6 +217,40 @@ fn user_network_namespace_works() -> bool {
     command.status().map(|s| s.success()).unwrap_or(false)
 }
 
+/// Compiles the socket filter and checks, in a throwaway interpreter, that the kernel installs
+/// it and that it denies an `AF_UNIX` socket while a stream socketpair still works.
+fn probe_socket_filter(python: &Path, allow_inet: bool) -> Result<seccompiler::BpfProgram, String> {
+    const CHECK: &str = "import socket\n\
+        a, b = socket.socketpair()\n\
+        try:\n    socket.socket(socket.AF_UNIX)\nexcept PermissionError:\n    raise SystemExit(0)\n\
+        raise SystemExit(3)\n";
+    let program = super::seccomp::socket_filter(allow_inet)?;
+    let in_child = program.clone();
+    let mut command = Command::new(python);
+    command
+        .args(PYTHON_FLAGS)
+        .args(["-c", CHECK])
+        .env_clear()
+        .envs(scrubbed_env())
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: `apply` makes two system calls and does not allocate.
+    unsafe {
+        command.pre_exec(move || super::seccomp::apply(&in_child));
+    }
+    let output = command.output().map_err(|e| format!("install it: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "check under it exited with {}: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    Ok(program)
+}
+
 impl HostSetup {
     fn probe() -> Result<HostSetup, SandboxError> {
         let mut notes = Vec::new();
@@ -298,6 +334,19 @@ impl HostSetup {
             );
         }
 
+        let socket_filter = match probe_socket_filter(
+            &python,
+            !matches!(network, NetworkIsolation::Off),
+        ) {
+            Ok(program) => Some(program),
+            Err(e) => {
+                notes.push(format!(
+                    "socket filter off ({e}): a job can connect to host processes on pathname Unix sockets"
+                ));
+                None
+            }
+        };
+
         let landlock_abi = landlock_abi();
         if landlock_abi == 0 {
             notes.push("Landlock off: the kernel does not offer it; the uid drop and file permissions guard the filesystem".into());
@@ -345,6 +394,7 @@ impl HostSetup {
             landlock_abi,
             read_only_paths,
             read_write_files,
+            socket_filter,
             notes,
         })
     }
@@ -376,6 +426,14 @@ impl HostSetup {
                     .join(", ")
             ));
         }
+        if self.socket_filter.is_some() {
+            notes.push(
+                "seccomp socket filter: no socket() but AF_INET/AF_INET6 inside the empty network \
+                 namespace (none without it), socketpair only AF_UNIX stream/seqpacket, no \
+                 io_uring; so no pathname or abstract Unix socket of the host is reachable"
+                    .into(),
+            );
+        }
         SandboxInfo {
             network_namespace: !matches!(self.network, NetworkIsolation::Off),
             rlimits: true,
@@ -385,6 +443,7 @@ impl HostSetup {
             output_caps: true,
             privilege_drop: self.drop_uid,
             pid_namespace: self.pid_namespace,
+            socket_filter: self.socket_filter.is_some(),
             notes,
         }
     }

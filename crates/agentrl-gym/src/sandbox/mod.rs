@@ -1,6 +1,7 @@
 //! The sandbox: model-written Python runs only here, in a child process, confined by every
 //! layer the machine allows (network namespace, rlimits, wall-clock timeout with process-group
-//! kill, Landlock filesystem confinement, scrubbed environment, output caps).
+//! kill, Landlock filesystem confinement, a seccomp socket filter, scrubbed environment, output
+//! caps).
 //!
 //! Two executors implement [`Executor`]: a fresh `python3` per job (the baseline) and a pool of
 //! warm fork-server workers (the default). The env and the verifier only see this trait.
@@ -91,6 +92,10 @@ pub struct SandboxInfo {
     /// PID namespaces guarantee that nothing a job starts outlives it (needs root here).
     #[serde(default)]
     pub pid_namespace: bool,
+    /// A seccomp filter denies the sockets that could reach host processes through the
+    /// filesystem namespace (pathname and abstract Unix sockets), which Landlock does not cover.
+    #[serde(default)]
+    pub socket_filter: bool,
     /// Human-readable notes, e.g. why a layer is off.
     pub notes: Vec<String>,
 }
@@ -122,6 +127,7 @@ pub trait Executor: Send + Sync {
 mod fresh;
 mod host;
 mod pool;
+mod seccomp;
 
 pub use fresh::FreshExecutor;
 pub use pool::PoolExecutor;
@@ -157,6 +163,7 @@ pub fn sandbox_info_report() -> String {
         ("output caps", info.output_caps),
         ("unprivileged uid", info.privilege_drop),
         ("pid namespace", info.pid_namespace),
+        ("socket filter", info.socket_filter),
     ] {
         report.push_str(&format!("{name:<22}{}\n", on_off(on)));
     }

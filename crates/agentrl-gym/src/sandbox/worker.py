@@ -8,7 +8,8 @@
 #                   namespace. It pre-imports the stdlib modules tests use, then for every job
 #                   gives the workspace to the job uid, builds the job's Landlock ruleset and
 #                   compiles the program (cached by text), and forks a job process that applies
-#                   rlimits, the ruleset, the uid drop and the scrubbed environment, and runs
+#                   rlimits, the ruleset, the uid drop, the seccomp socket filter and the
+#                   scrubbed environment, and runs
 #                   the program. Work done before the fork costs the job process no
 #                   copy-on-write page faults, which dominate a job's CPU cost. After the job the server kills
 #                   every other process in its namespace (kill(-1) from a namespace's PID 1
@@ -122,6 +123,8 @@ SYS_LANDLOCK_RESTRICT_SELF = 446
 LANDLOCK_RULE_PATH_BENEATH = 1
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_PDEATHSIG = 1
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
 
 FS_EXECUTE = 1 << 0
 FS_WRITE_FILE = 1 << 1
@@ -249,6 +252,30 @@ def restrict_self(ruleset):
         raise _oserror("landlock_restrict_self")
 
 
+class SocketFilter:
+    """The seccomp socket filter compiled on the Rust side (seccomp.rs: which sockets a job may
+    create, and why), as hex `struct sock_filter`s. Packed once by the fork server; the job
+    process only makes the two prctl calls."""
+
+    def __init__(self, hex_program):
+        import ctypes
+
+        raw = bytes.fromhex(hex_program)
+
+        class SockFprog(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+        self._filter = ctypes.create_string_buffer(raw, len(raw))
+        self._prog = SockFprog(len(raw) // 8, ctypes.addressof(self._filter))
+        self._prog_ref = ctypes.byref(self._prog)
+
+    def apply(self):
+        if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise _oserror("prctl(PR_SET_NO_NEW_PRIVS)")
+        if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, self._prog_ref, 0, 0) != 0:
+            raise _oserror("prctl(PR_SET_SECCOMP)")
+
+
 # ---------------------------------------------------------------------------------------------
 # The fork server.
 
@@ -331,6 +358,9 @@ def _job_process(job, config, fds, ruleset):
             os.setgroups([])
             os.setgid(uid)
             os.setuid(uid)
+        socket_filter = config.get("socket_filter_ready")
+        if socket_filter is not None:
+            socket_filter.apply()
         # After the uid change, which clears it: die if the server dies.
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != server_pid:
@@ -651,6 +681,8 @@ def serve(config_json):
     landlock = None
     if config.get("landlock_abi", 0) > 0:
         landlock = Landlock(config["landlock_abi"], config["read_only_paths"], config["read_write_files"])
+    if config.get("socket_filter"):
+        config["socket_filter_ready"] = SocketFilter(config["socket_filter"])
     # The server's cwd is "/": never import from there. Jobs put "" (their workspace) back.
     while "" in sys.path:
         sys.path.remove("")
