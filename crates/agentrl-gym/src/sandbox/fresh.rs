@@ -81,7 +81,7 @@ fn set_rlimit(resource: libc::__rlimit_resource_t, value: u64) -> std::io::Resul
 impl Executor for FreshExecutor {
     fn run(&self, job: &Job) -> Result<RunOutput, SandboxError> {
         let host = &self.host;
-        let workspace = host::canonical_workspace(&job.workspace)?;
+        let workspace = host::canonical_workspace(host, &job.workspace)?;
         let lease = if host.drop_uid {
             Some(UID_SLOTS.acquire()?)
         } else {

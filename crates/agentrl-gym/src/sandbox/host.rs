@@ -684,8 +684,13 @@ pub(crate) fn restrict_self(ruleset: RawFd) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The canonical absolute workspace path, checked to be a directory.
-pub(crate) fn canonical_workspace(workspace: &Path) -> Result<PathBuf, SandboxError> {
+/// The canonical absolute workspace path, checked to be a directory that the job can reach:
+/// under the uid drop, a workspace below a 0700 directory would fail every job (see
+/// `scratch.rs`), so that is an error naming the directory.
+pub(crate) fn canonical_workspace(
+    host: &HostSetup,
+    workspace: &Path,
+) -> Result<PathBuf, SandboxError> {
     let path = workspace
         .canonicalize()
         .map_err(|source| SandboxError::Io {
@@ -697,6 +702,12 @@ pub(crate) fn canonical_workspace(workspace: &Path) -> Result<PathBuf, SandboxEr
             what: format!("workspace {}", workspace.display()),
             source: std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory"),
         });
+    }
+    if host.drop_uid {
+        super::scratch::reachable_by_others(&path).map_err(|why| SandboxError::Io {
+            what: format!("workspace {}", workspace.display()),
+            source: std::io::Error::new(std::io::ErrorKind::PermissionDenied, why),
+        })?;
     }
     Ok(path)
 }

@@ -127,10 +127,12 @@ pub trait Executor: Send + Sync {
 mod fresh;
 mod host;
 mod pool;
+mod scratch;
 mod seccomp;
 
 pub use fresh::FreshExecutor;
 pub use pool::PoolExecutor;
+pub use scratch::{scratch_dir, scratch_root};
 
 /// The default executor: a warm pool with one worker per available core (at least 2).
 pub fn default_executor() -> Result<std::sync::Arc<dyn Executor>, SandboxError> {

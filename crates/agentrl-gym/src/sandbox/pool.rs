@@ -426,7 +426,7 @@ impl PoolExecutor {
 
 impl Executor for PoolExecutor {
     fn run(&self, job: &Job) -> Result<RunOutput, SandboxError> {
-        let workspace = host::canonical_workspace(&job.workspace)?;
+        let workspace = host::canonical_workspace(&self.host, &job.workspace)?;
         let workspace = workspace
             .to_str()
             .ok_or_else(|| {
