@@ -802,3 +802,37 @@ fn host_written_workspace_files_are_the_jobs_but_hard_links_are_not() {
         assert_still_serves(name, executor.as_ref());
     }
 }
+
+/// The pool compiles workspace modules ahead of each job; a job must still import exactly the
+/// bytes on disk: an edit between jobs (same size, so only the content tells), a syntax error
+/// reported as the interpreter would, a module in a package.
+#[test]
+fn workspace_modules_import_as_written_between_jobs() {
+    for (name, executor) in executors() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("pkg")).unwrap();
+        std::fs::write(dir.path().join("pkg/__init__.py"), "").unwrap();
+        let program = "import os, pkg.calc, calc\nos.write(3, ('%s %s' % (calc.VALUE, pkg.calc.VALUE)).encode())\n";
+        for (value, expected) in [("1", "1 -1"), ("2", "2 -2"), ("(", "")] {
+            std::fs::write(dir.path().join("calc.py"), format!("VALUE = {value}\n")).unwrap();
+            std::fs::write(
+                dir.path().join("pkg/calc.py"),
+                format!("VALUE = -{value}\n"),
+            )
+            .unwrap();
+            let out = executor
+                .run(&job(dir.path(), program, quick_limits()))
+                .unwrap();
+            if expected.is_empty() {
+                assert_eq!(out.termination, Termination::Exited { code: 1 }, "{name}");
+                assert!(
+                    text(&out.stderr).contains("SyntaxError"),
+                    "{name}: {}",
+                    text(&out.stderr)
+                );
+            } else {
+                assert_eq!(text(&out.result), expected, "{name}: {}", text(&out.stderr));
+            }
+        }
+    }
+}

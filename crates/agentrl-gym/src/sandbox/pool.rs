@@ -1,10 +1,10 @@
 //! [`PoolExecutor`]: warm `python3` fork servers (the default executor).
 //!
 //! Each worker is a long-lived Python process (worker.py, `serve`) spawned inside the empty
-//! network namespace as PID 1 of its own PID namespace, with the stdlib modules tests use
-//! already imported. For every job it forks a job process, which applies rlimits, Landlock,
-//! the seccomp socket filter, the worker's uid and the scrubbed environment, runs the program
-//! and dies; then the server kills and reaps everything else in its namespace. So jobs skip
+//! network namespace as PID 1 of its own PID namespace, under the seccomp socket filter, with
+//! the stdlib modules tests use already imported. For every job it forks a job process, which
+//! inherits the filter, applies rlimits, Landlock, the worker's uid and the scrubbed
+//! environment, runs the program and dies; then the server kills and reaps everything else in its namespace. So jobs skip
 //! interpreter start-up but
 //! share nothing: each starts from the server's pristine memory image, and the server never
 //! imports workspace code.

@@ -7,9 +7,10 @@
 #   serve(config) - PoolExecutor: a warm fork server, started by Rust as PID 1 of its own PID
 #                   namespace. It pre-imports the stdlib modules tests use, then for every job
 #                   gives the workspace to the job uid, builds the job's Landlock ruleset and
-#                   compiles the program (cached by text), and forks a job process that applies
-#                   rlimits, the ruleset, the uid drop, the seccomp socket filter and the
-#                   scrubbed environment, and runs
+#                   compiles the program (cached by text) and the workspace's modules, and forks
+#                   a job process that applies rlimits, the ruleset, the uid drop and the
+#                   scrubbed environment (the seccomp socket filter is the server's own, inherited
+#                   by every fork), and runs
 #                   the program. Work done before the fork costs the job process no
 #                   copy-on-write page faults, which dominate a job's CPU cost. After the job the server kills
 #                   every other process in its namespace (kill(-1) from a namespace's PID 1
@@ -254,8 +255,8 @@ def restrict_self(ruleset):
 
 class SocketFilter:
     """The seccomp socket filter compiled on the Rust side (seccomp.rs: which sockets a job may
-    create, and why), as hex `struct sock_filter`s. Packed once by the fork server; the job
-    process only makes the two prctl calls."""
+    create, and why), as hex `struct sock_filter`s. The fork server installs it on itself once;
+    filters are inherited by every fork and kept across exec."""
 
     def __init__(self, hex_program):
         import ctypes
@@ -279,12 +280,15 @@ class SocketFilter:
 # ---------------------------------------------------------------------------------------------
 # The fork server.
 
+# Not unittest.mock: it imports asyncio, and with it ssl, whose at-fork handlers and data cost
+# every job about 180 more page faults (a third of a bench job's) whether it mocks or not. A
+# test that mocks imports it in its own process.
 PRELOAD = (
-    "unittest", "unittest.mock", "json", "traceback", "re", "math", "collections",
-    "itertools", "functools", "dataclasses", "typing", "types", "io", "string", "random",
-    "copy", "operator", "heapq", "bisect", "decimal", "fractions", "statistics", "textwrap",
-    "enum", "abc", "contextlib", "datetime", "threading", "atexit", "weakref", "struct",
-    "difflib", "pprint", "argparse", "tempfile", "shutil", "pathlib", "inspect", "warnings",
+    "unittest", "json", "traceback", "re", "math", "collections", "itertools", "functools",
+    "dataclasses", "typing", "types", "io", "string", "copy", "operator", "heapq", "bisect",
+    "decimal", "fractions", "textwrap", "enum", "abc", "contextlib", "datetime", "atexit",
+    "weakref", "struct", "difflib", "pprint", "argparse", "tempfile", "shutil", "pathlib",
+    "inspect", "warnings",
 )
 
 
@@ -358,9 +362,6 @@ def _job_process(job, config, fds, ruleset):
             os.setgroups([])
             os.setgid(uid)
             os.setuid(uid)
-        socket_filter = config.get("socket_filter_ready")
-        if socket_filter is not None:
-            socket_filter.apply()
         # After the uid change, which clears it: die if the server dies.
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != server_pid:
@@ -369,13 +370,8 @@ def _job_process(job, config, fds, ruleset):
         resource.setrlimit(resource.RLIMIT_AS, (limits["address_space_bytes"], limits["address_space_bytes"]))
         # The server's environment is the scrubbed one (serve sets it): only HOME differs.
         os.environ["HOME"] = workspace
-        import io
-
-        sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8")
-        sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8")
-        sys.stderr = sys.__stderr__ = io.TextIOWrapper(
-            io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8", errors="backslashreplace", line_buffering=True
-        )
+        sys.stdin, sys.stdout, sys.stderr = _JOB_STREAMS
+        sys.__stdin__, sys.__stdout__, sys.__stderr__ = _JOB_STREAMS
         os.close(4)
     except BaseException as exc:
         try:
@@ -383,6 +379,24 @@ def _job_process(job, config, fds, ruleset):
         finally:
             os._exit(EXIT_SETUP_FAILED)
     _finish(run_program(job["program"], job.get("code")))
+
+
+_JOB_STREAMS = None
+
+
+def _make_job_streams():
+    """sys.stdin/stdout/stderr of every job, on fds 0-2, which each job process points at its
+    own pipes. Made once by the server, which never uses them, so every fork gets them unused
+    (building them in the job process costs it some 90 copy-on-write page faults)."""
+    import io
+
+    return (
+        io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8"),
+        io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8"),
+        io.TextIOWrapper(
+            io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8", errors="backslashreplace", line_buffering=True
+        ),
+    )
 
 
 def _kill_leftovers(config, job_pid):
@@ -451,6 +465,75 @@ def _compiled(source):
     return code
 
 
+# Workspace modules compiled by the server, by (path, exact source bytes). Jobs run with
+# PYTHONDONTWRITEBYTECODE, so without this every job compiles every module it imports, and in a
+# forked process compiling is mostly copy-on-write faults (about a tenth of a bench job).
+# Before each fork the server compiles the workspace's small .py files it has not seen; the
+# job's import system takes a cached code object only when the bytes it read itself are the
+# very bytes that were compiled (_install_compile_cache), so what runs is what an uncached
+# import would run. Compiling executes nothing. Holds workspace files only: the job's own
+# inputs, never a harness's cases.
+_SOURCE_CODE = {}
+_SOURCE_CODE_MAX = 128
+_SOURCE_MAX_BYTES = 128 << 10
+_SOURCE_MAX_FILES = 32
+
+
+def _precompile_workspace(workspace):
+    pending = [workspace]
+    files = 0
+    while pending:
+        with os.scandir(pending.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    if entry.name != "__pycache__":
+                        pending.append(entry.path)
+                    continue
+                if not entry.name.endswith(".py") or not entry.is_file(follow_symlinks=False):
+                    continue
+                info = entry.stat(follow_symlinks=False)
+                # A file with several hard links could be one outside the workspace.
+                if info.st_nlink != 1 or info.st_size > _SOURCE_MAX_BYTES:
+                    continue
+                files += 1
+                if files > _SOURCE_MAX_FILES:
+                    return
+                try:
+                    fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+                except OSError:
+                    continue
+                try:
+                    data = os.read(fd, _SOURCE_MAX_BYTES + 1)
+                finally:
+                    os.close(fd)
+                key = (entry.path, data)
+                if key in _SOURCE_CODE:
+                    continue
+                try:
+                    code = compile(data, entry.path, "exec", dont_inherit=True)
+                except BaseException:
+                    continue  # the job compiles it and reports the error as the interpreter would
+                if len(_SOURCE_CODE) >= _SOURCE_CODE_MAX:
+                    _SOURCE_CODE.clear()
+                _SOURCE_CODE[key] = code
+
+
+def _install_compile_cache():
+    """Makes source imports take their code from _SOURCE_CODE when path and bytes match."""
+    import importlib._bootstrap_external as external
+
+    compile_source = external.SourceLoader.source_to_code
+
+    def source_to_code(self, data, path, *, _optimize=-1):
+        if _optimize == -1 and type(data) is bytes and type(path) is str:
+            code = _SOURCE_CODE.get((path, data))
+            if code is not None:
+                return code
+        return compile_source(self, data, path, _optimize=_optimize)
+
+    external.SourceLoader.source_to_code = source_to_code
+
+
 # A built-in unittest run the server does once before serving: it fills the lazy caches that
 # every test job would otherwise fill in its own process (compiled regexes, unittest's loader
 # and runner paths, traceback formatting). The module lives only in memory: nothing is read
@@ -517,6 +600,7 @@ def _run_job(job, program, stdin, config, landlock):
     job["code"] = _compiled(job["program"])
     if job.get("uid") is not None:
         _give_workspace(job["workspace"], job["uid"])
+    _precompile_workspace(job["workspace"])
     ruleset = landlock.ruleset_for(job["workspace"]) if landlock is not None else None
     try:
         return _fork_job(job, stdin, config, ruleset)
@@ -682,7 +766,9 @@ def serve(config_json):
     if config.get("landlock_abi", 0) > 0:
         landlock = Landlock(config["landlock_abi"], config["read_only_paths"], config["read_write_files"])
     if config.get("socket_filter"):
-        config["socket_filter_ready"] = SocketFilter(config["socket_filter"])
+        # On the server itself, which needs no socket: every job process inherits it from the
+        # fork, so no job pays for installing (and JIT-compiling) it.
+        SocketFilter(config["socket_filter"]).apply()
     # The server's cwd is "/": never import from there. Jobs put "" (their workspace) back.
     while "" in sys.path:
         sys.path.remove("")
@@ -691,6 +777,9 @@ def serve(config_json):
             __import__(name)
         except Exception:
             pass
+    _install_compile_cache()
+    global _JOB_STREAMS
+    _JOB_STREAMS = _make_job_streams()
     try:
         _warm_up()
     except Exception:
