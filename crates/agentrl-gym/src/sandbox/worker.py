@@ -280,15 +280,18 @@ class SocketFilter:
 # ---------------------------------------------------------------------------------------------
 # The fork server.
 
-# Not unittest.mock: it imports asyncio, and with it ssl, whose at-fork handlers and data cost
-# every job about 180 more page faults (a third of a bench job's) whether it mocks or not. A
-# test that mocks imports it in its own process.
+# What tests commonly import, and no more: every pre-imported module makes each fork copy and
+# tear down more page tables, and some cost every job page faults through at-fork hooks, used
+# or not. Left out on purpose: unittest.mock (it imports asyncio and ssl: about 180 faults per
+# job), threading (its at-fork hook: about 120), random (it reseeds at fork), and the rarely
+# used decimal, fractions, statistics, datetime, difflib, pprint, argparse, tempfile, shutil and
+# pathlib (about half a millisecond of fork cost together). A test that needs one imports it
+# in its own process.
 PRELOAD = (
     "unittest", "json", "traceback", "re", "math", "collections", "itertools", "functools",
     "dataclasses", "typing", "types", "io", "string", "copy", "operator", "heapq", "bisect",
-    "decimal", "fractions", "textwrap", "enum", "abc", "contextlib", "datetime", "atexit",
-    "weakref", "struct", "difflib", "pprint", "argparse", "tempfile", "shutil", "pathlib",
-    "inspect", "warnings",
+    "textwrap", "enum", "abc", "contextlib", "atexit", "weakref", "struct", "inspect",
+    "warnings",
 )
 
 
@@ -610,8 +613,8 @@ def _run_job(job, program, stdin, config, landlock):
 
 
 def _fork_job(job, stdin, config, ruleset):
-    import selectors
-
+    # select.poll rather than selectors: the server's work while a job runs touches pages the
+    # job shares, and each costs a copy-on-write fault; poll keeps that work small.
     limits = job["limits"]
     cap = limits["output_cap_bytes"]
     stdin_r, stdin_w = os.pipe()
@@ -633,20 +636,23 @@ def _fork_job(job, stdin, config, ruleset):
         os.close(fd)
     job_exit = os.pidfd_open(job_pid)
     deadline = start + limits["wall_timeout_s"]
-    sel = selectors.DefaultSelector()
+    poller = select.poll()
+    # The fds registered with poller (to drain and close at the end).
+    registered = set()
     sinks = {}
     for fd in (stdout_r, stderr_r, result_r):
         os.set_blocking(fd, False)
         sinks[fd] = _Sink(fd, cap)
-        sel.register(fd, selectors.EVENT_READ)
+    for fd in (stdout_r, stderr_r, result_r, status_r, job_exit):
+        poller.register(fd, select.POLLIN)
+        registered.add(fd)
     status_buf = bytearray()
     os.set_blocking(status_r, False)
-    sel.register(status_r, selectors.EVENT_READ)
-    sel.register(job_exit, selectors.EVENT_READ)
     pending_stdin = memoryview(stdin)
     os.set_blocking(stdin_w, False)
     if pending_stdin:
-        sel.register(stdin_w, selectors.EVENT_WRITE)
+        poller.register(stdin_w, select.POLLOUT)
+        registered.add(stdin_w)
     else:
         os.close(stdin_w)
         stdin_w = None
@@ -658,10 +664,12 @@ def _fork_job(job, stdin, config, ruleset):
         if remaining <= 0:
             timed_out = wait_status is None
             break
-        for key, _ in sel.select(remaining):
-            fd = key.fd
+        for fd, _ in poller.poll(remaining * 1000.0):
+            if fd not in registered:
+                continue
             if fd == job_exit:
-                sel.unregister(fd)
+                poller.unregister(fd)
+                registered.discard(fd)
                 os.close(fd)
                 _, wait_status = os.waitpid(job_pid, 0)
                 # Everything still holding the pipes dies now, so they reach end of file.
@@ -675,7 +683,8 @@ def _fork_job(job, stdin, config, ruleset):
                 except OSError:  # the program closed its stdin
                     pending_stdin = pending_stdin[:0]
                 if not pending_stdin:
-                    sel.unregister(fd)
+                    poller.unregister(fd)
+                    registered.discard(fd)
                     os.close(fd)
                     stdin_w = None
                 continue
@@ -689,7 +698,8 @@ def _fork_job(job, stdin, config, ruleset):
             elif chunk:
                 keep = sinks[fd].feed(chunk)
             if not keep:
-                sel.unregister(fd)
+                poller.unregister(fd)
+                registered.discard(fd)
                 os.close(fd)
                 open_reads -= 1
     if wait_status is None:
@@ -702,13 +712,13 @@ def _fork_job(job, stdin, config, ruleset):
             os.kill(job_pid, signal.SIGKILL)
         except OSError:
             pass
-        sel.unregister(job_exit)
+        poller.unregister(job_exit)
+        registered.discard(job_exit)
         os.close(job_exit)
         _, wait_status = os.waitpid(job_pid, 0)
         _kill_leftovers(config, job_pid)
     # Collect what is still buffered in the pipes (everything writing to them is dead now).
-    for key in list(sel.get_map().values()):
-        fd = key.fd
+    for fd in list(registered):
         if fd != stdin_w:
             while True:
                 try:
@@ -721,9 +731,8 @@ def _fork_job(job, stdin, config, ruleset):
                     status_buf += chunk
                 elif not sinks[fd].feed(chunk):
                     break
-        sel.unregister(fd)
+        poller.unregister(fd)
         os.close(fd)
-    sel.close()
     elapsed = time.monotonic() - start
     setup_error = None
     for line in bytes(status_buf).decode("utf-8", "replace").splitlines():
@@ -747,10 +756,11 @@ def _fork_job(job, stdin, config, ruleset):
 
 
 def serve(config_json):
-    global ctypes, json, resource, signal, struct, time
+    global ctypes, json, resource, select, signal, struct, time
     import ctypes
     import json
     import resource
+    import select
     import signal
     import struct
     import time
