@@ -345,10 +345,6 @@ def _job_process(job, config, fds, ruleset):
             os.closerange(6, 1 << 16)
         else:
             os.closerange(5, 1 << 16)
-        for sig in (signal.SIGINT,):
-            signal.signal(sig, signal.default_int_handler)
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
-            signal.signal(sig, signal.SIG_DFL)
         workspace = job["workspace"]
         os.chdir(workspace)
         uid = job.get("uid")
@@ -371,7 +367,10 @@ def _job_process(job, config, fds, ruleset):
             os._exit(EXIT_SETUP_FAILED)
         # Last, so that the setup above is not limited by the address-space cap.
         resource.setrlimit(resource.RLIMIT_AS, (limits["address_space_bytes"], limits["address_space_bytes"]))
-        # The server's environment is the scrubbed one (serve sets it): only HOME differs.
+        # The server's environment is the scrubbed one (serve sets it): only HOME differs. Set
+        # here, not by the server: glibc never frees a replaced environment string, so a server
+        # that set it for every new workspace would grow with each one. The signal dispositions
+        # are the server's (set once in serve: here they cost the job some 100 page faults).
         os.environ["HOME"] = workspace
         sys.stdin, sys.stdout, sys.stderr = _JOB_STREAMS
         sys.__stdin__, sys.__stdout__, sys.__stderr__ = _JOB_STREAMS
@@ -769,9 +768,13 @@ def serve(config_json):
 
     _load_libc()
     config = json.loads(config_json)
-    # The job processes inherit this environment and set only HOME.
+    # The job processes inherit this environment (they set HOME) and these dispositions:
+    # Python's own for SIGINT, and the default for the rest, whatever we inherited.
     os.environ.clear()
     os.environ.update(config["env"])
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
     landlock = None
     if config.get("landlock_abi", 0) > 0:
         landlock = Landlock(config["landlock_abi"], config["read_only_paths"], config["read_write_files"])
