@@ -836,3 +836,57 @@ fn workspace_modules_import_as_written_between_jobs() {
         }
     }
 }
+
+/// System V shared memory and POSIX message queues of the host: reachable by key or name,
+/// through no file a job opens, so only the socket filter stops them.
+#[test]
+fn host_ipc_objects_are_unreachable() {
+    const KEY: libc::key_t = 0x6167_7274; // "agrt"
+                                          // SAFETY: plain System V calls on integers; the segment is removed below.
+    let shm = unsafe { libc::shmget(KEY, 4096, libc::IPC_CREAT | 0o666) };
+    assert!(shm >= 0, "shmget: {}", std::io::Error::last_os_error());
+    let queue_name = format!("/agentrl-test-{}", std::process::id());
+    let c_name = std::ffi::CString::new(queue_name.clone()).unwrap();
+    // SAFETY: a valid name; the queue is unlinked below.
+    let queue = unsafe {
+        libc::mq_open(
+            c_name.as_ptr(),
+            libc::O_CREAT | libc::O_RDWR,
+            0o666 as libc::mode_t,
+            std::ptr::null::<libc::mq_attr>(),
+        )
+    };
+    let program = format!(
+        r#"import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+results = []
+for label, call in [('shmget', lambda: libc.shmget({KEY}, 0, 0)),
+                    ('shmat', lambda: libc.shmat({shm}, None, 0)),
+                    ('mq_open', lambda: libc.mq_open({queue_name:?}.encode(), os.O_WRONLY))]:
+    rc = call()
+    results.append('%s:%s' % (label, 'reached' if rc not in (-1, None) and rc != ctypes.c_void_p(-1).value else os.strerror(ctypes.get_errno())))
+os.write(3, ' '.join(results).encode())
+"#
+    );
+    for (name, executor) in executors() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = executor
+            .run(&job(dir.path(), &program, quick_limits()))
+            .unwrap();
+        let result = text(&out.result);
+        assert!(
+            result.contains("shmget:") && !result.contains("reached"),
+            "{name}: {result} {}",
+            text(&out.stderr)
+        );
+        assert_still_serves(name, executor.as_ref());
+    }
+    // SAFETY: removing what we created.
+    unsafe {
+        libc::shmctl(shm, libc::IPC_RMID, std::ptr::null_mut());
+        if queue >= 0 {
+            libc::mq_close(queue);
+            libc::mq_unlink(c_name.as_ptr());
+        }
+    }
+}

@@ -446,7 +446,8 @@ impl HostSetup {
             notes.push(
                 "seccomp socket filter: no socket() but AF_INET/AF_INET6 inside the empty network \
                  namespace (none without it), socketpair only AF_UNIX stream/seqpacket, no \
-                 io_uring; so no pathname or abstract Unix socket of the host is reachable"
+                 io_uring, no System V IPC or POSIX message queues; so no pathname or abstract \
+                 Unix socket, shared memory segment or queue of the host is reachable"
                     .into(),
             );
         }

@@ -93,7 +93,8 @@ pub struct SandboxInfo {
     #[serde(default)]
     pub pid_namespace: bool,
     /// A seccomp filter denies the sockets that could reach host processes through the
-    /// filesystem namespace (pathname and abstract Unix sockets), which Landlock does not cover.
+    /// filesystem namespace (pathname and abstract Unix sockets), which Landlock does not cover,
+    /// and System V IPC and POSIX message queues, which no other layer covers.
     #[serde(default)]
     pub socket_filter: bool,
     /// Human-readable notes, e.g. why a layer is off.

@@ -1,6 +1,6 @@
-//! The socket filter: a seccomp-bpf program that closes what Landlock and the network namespace
-//! leave open in the filesystem namespace. Landlock checks `open`, but not `connect`: a job
-//! could reach any process listening on a pathname Unix socket (`/tmp/*.sock`, `/run/...`), and
+//! The socket filter: a seccomp-bpf program that closes the channels to host processes that
+//! Landlock and the network namespace leave open. Landlock checks `open`, but not `connect`: a
+//! job could reach any process listening on a pathname Unix socket (`/tmp/*.sock`, `/run/...`), and
 //! abstract Unix sockets are only scoped from Landlock ABI 6 on. Rather than enumerate paths,
 //! the filter takes away the means: a job cannot create a socket that can be pointed at an
 //! address outside itself.
@@ -13,7 +13,12 @@
 //!   while a datagram pair could be `connect`ed to a host socket. Stream pairs are what the
 //!   stdlib uses: `socket.socketpair()`, asyncio's self-pipe, `multiprocessing.Pipe()`;
 //! - `io_uring_setup`/`_enter`/`_register`: io_uring can open and connect sockets without the
-//!   system calls above.
+//!   system calls above;
+//! - System V IPC (`shm*`, `msg*`, `sem*`) and POSIX message queues (`mq_*`): the other
+//!   channels to host processes that neither the network namespace nor Landlock covers (a
+//!   segment or queue of the host is reachable by its key or name). The stdlib needs none of
+//!   them: `multiprocessing` uses pipes, socketpairs and `/dev/shm` files (which Landlock
+//!   governs).
 //!
 //! On x86_64 the x32 numbers of the same calls are denied as well (the architecture check that
 //! starts every program does not tell x32 from x86_64). Every other call is allowed: the other
@@ -85,6 +90,23 @@ pub(crate) fn socket_filter(allow_inet: bool) -> Result<BpfProgram, String> {
             libc::SYS_io_uring_setup,
             libc::SYS_io_uring_enter,
             libc::SYS_io_uring_register,
+            libc::SYS_shmget,
+            libc::SYS_shmat,
+            libc::SYS_shmctl,
+            libc::SYS_msgget,
+            libc::SYS_msgsnd,
+            libc::SYS_msgrcv,
+            libc::SYS_msgctl,
+            libc::SYS_semget,
+            libc::SYS_semop,
+            libc::SYS_semtimedop,
+            libc::SYS_semctl,
+            libc::SYS_mq_open,
+            libc::SYS_mq_unlink,
+            libc::SYS_mq_timedsend,
+            libc::SYS_mq_timedreceive,
+            libc::SYS_mq_notify,
+            libc::SYS_mq_getsetattr,
         ] {
             rules.insert(call, Vec::new());
         }
