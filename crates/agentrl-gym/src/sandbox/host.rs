@@ -359,7 +359,7 @@ impl HostSetup {
             Ok(program) => Some(program),
             Err(e) => {
                 notes.push(format!(
-                    "socket filter off ({e}): a job can connect to host processes on pathname Unix sockets"
+                    "socket filter off ({e}): a job can reach host processes on pathname Unix sockets, System V IPC and POSIX message queues"
                 ));
                 None
             }
