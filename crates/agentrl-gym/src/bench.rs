@@ -167,7 +167,8 @@ pub fn run(json: bool, tasks: &TasksDirArg) -> anyhow::Result<()> {
         .max(2);
     let workspaces = (0..workers)
         .map(|_| -> anyhow::Result<tempfile::TempDir> {
-            let dir = tempfile::tempdir().context("create bench workspace")?;
+            let dir =
+                crate::sandbox::scratch_dir("agentrl-bench-").context("create bench workspace")?;
             std::fs::write(dir.path().join("intervals.py"), MODULE)
                 .context("write bench module")?;
             std::fs::write(dir.path().join("test_intervals.py"), TESTS)

@@ -597,10 +597,8 @@ impl Env for BugFixEnv {
 
     fn reset(&mut self, task_id: &str) -> Result<Observation, GymError> {
         let task = self.tasks.get(task_id)?;
-        let workspace = tempfile::Builder::new()
-            .prefix("agentrl-ws-")
-            .tempdir()
-            .map_err(io("creating a workspace"))?;
+        let workspace =
+            crate::sandbox::scratch_dir("agentrl-ws-").map_err(io("creating a workspace"))?;
         for (name, content) in &task.visible {
             std::fs::write(workspace.path().join(name), content)
                 .map_err(io(format!("writing {name}")))?;

@@ -45,9 +45,7 @@ pub enum VerifyError {
 }
 
 fn scratch_dir(files: &[(&str, &str)]) -> Result<tempfile::TempDir, std::io::Error> {
-    let dir = tempfile::Builder::new()
-        .prefix("agentrl-verify-")
-        .tempdir()?;
+    let dir = crate::sandbox::scratch_dir("agentrl-verify-")?;
     for (name, content) in files {
         std::fs::write(dir.path().join(name), content)?;
     }

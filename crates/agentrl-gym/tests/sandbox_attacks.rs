@@ -305,6 +305,163 @@ fn network_is_unreachable() {
     }
 }
 
+/// A host process listening on a Unix socket: a pathname one in a directory everybody may
+/// enter, with a socket file everybody may write (so file permissions do not stop a job), and
+/// an abstract one. Neither may see a connection from a job, by `socket()` + `connect`, nor by
+/// a datagram socketpair re-pointed with `connect` or `sendto`.
+#[test]
+fn host_unix_sockets_are_unreachable() {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram, UnixListener};
+
+    let host_dir = tempfile::Builder::new()
+        .prefix("agentrl-test-sock-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::set_permissions(host_dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let stream_path = host_dir.path().join("host.sock");
+    let dgram_path = host_dir.path().join("host-dgram.sock");
+    let stream = UnixListener::bind(&stream_path).unwrap();
+    stream.set_nonblocking(true).unwrap();
+    let dgram = UnixDatagram::bind(&dgram_path).unwrap();
+    dgram.set_nonblocking(true).unwrap();
+    for path in [&stream_path, &dgram_path] {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let abstract_name = format!("agentrl-test-{}", std::process::id());
+    let abstract_listener =
+        UnixListener::bind_addr(&SocketAddr::from_abstract_name(abstract_name.as_bytes()).unwrap())
+            .unwrap();
+    abstract_listener.set_nonblocking(true).unwrap();
+
+    let program = format!(
+        r#"import os, socket
+results = []
+def attempt(label, action):
+    try:
+        action()
+        results.append(label + ':reached')
+    except OSError as e:
+        results.append(label + ':' + type(e).__name__)
+def connect(address, kind=socket.SOCK_STREAM):
+    s = socket.socket(socket.AF_UNIX, kind)
+    s.settimeout(1)
+    s.connect(address)
+    s.send(b'x')
+def pair_connect(address):
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    a.connect(address)
+    a.send(b'x')
+def pair_sendto(address):
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    a.sendto(b'x', address)
+attempt('pathname', lambda: connect({stream:?}))
+attempt('pathname-dgram', lambda: connect({dgram:?}, socket.SOCK_DGRAM))
+attempt('abstract', lambda: connect('\0' + {name:?}))
+attempt('pair-connect', lambda: pair_connect({dgram:?}))
+attempt('pair-sendto', lambda: pair_sendto({dgram:?}))
+os.write(3, ' '.join(results).encode())
+"#,
+        stream = stream_path.display().to_string(),
+        dgram = dgram_path.display().to_string(),
+        name = abstract_name,
+    );
+    for (name, executor) in executors() {
+        println!("{name}: {}", layers(executor.as_ref()));
+        let info = executor.info();
+        assert!(
+            info.socket_filter,
+            "{name}: the socket filter is off: {:?}",
+            info.notes
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let out = executor
+            .run(&job(dir.path(), &program, quick_limits()))
+            .unwrap();
+        let result = text(&out.result);
+        assert_eq!(
+            out.termination,
+            Termination::Exited { code: 0 },
+            "{name}: {result} {}",
+            text(&out.stderr)
+        );
+        for attempt in [
+            "pathname",
+            "pathname-dgram",
+            "abstract",
+            "pair-connect",
+            "pair-sendto",
+        ] {
+            assert!(
+                result.contains(&format!("{attempt}:"))
+                    && !result.contains(&format!("{attempt}:reached")),
+                "{name}: {attempt} was not blocked: {result}"
+            );
+        }
+        assert!(
+            stream.accept().is_err(),
+            "{name}: the pathname listener saw a connection"
+        );
+        assert!(
+            abstract_listener.accept().is_err(),
+            "{name}: the abstract listener saw a connection"
+        );
+        let mut buf = [0u8; 8];
+        assert!(
+            dgram.recv(&mut buf).is_err(),
+            "{name}: the datagram socket got a message"
+        );
+        assert_still_serves(name, executor.as_ref());
+    }
+}
+
+/// The stdlib features built on socketpair still work under the socket filter: a stream pair,
+/// an asyncio event loop (its self-pipe is a socketpair) with a thread waking it, and a duplex
+/// `multiprocessing.Pipe` between two processes.
+#[test]
+fn socketpair_features_still_work() {
+    let program = r#"import asyncio, multiprocessing, os, socket, threading
+a, b = socket.socketpair()
+a.sendall(b'ping')
+assert b.recv(4) == b'ping'
+
+async def main():
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    threading.Thread(target=lambda: loop.call_soon_threadsafe(done.set_result, 'woken')).start()
+    reader, writer = await asyncio.open_connection(sock=a)
+    writer.write(b'over asyncio')
+    await writer.drain()
+    return await done, b.recv(12)
+woken, data = asyncio.run(main())
+assert (woken, data) == ('woken', b'over asyncio'), (woken, data)
+
+parent, child = multiprocessing.Pipe()
+def echo(conn):
+    conn.send(conn.recv() * 2)
+    conn.close()
+p = multiprocessing.Process(target=echo, args=(child,))
+p.start()
+parent.send(21)
+assert parent.recv() == 42
+p.join(5)
+os.write(3, b'ok')
+"#;
+    for (name, executor) in executors() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = executor
+            .run(&job(dir.path(), program, quick_limits()))
+            .unwrap();
+        assert_eq!(
+            (out.termination.clone(), text(&out.result)),
+            (Termination::Exited { code: 0 }, "ok".to_string()),
+            "{name}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
 #[test]
 fn writes_outside_the_workspace_fail() {
     for (name, executor) in executors() {
@@ -598,6 +755,7 @@ fn sandbox_info_report_names_every_layer() {
         "landlock",
         "scrubbed environment",
         "output caps",
+        "socket filter",
     ] {
         assert!(report.contains(layer), "{report}");
     }
@@ -642,5 +800,93 @@ fn host_written_workspace_files_are_the_jobs_but_hard_links_are_not() {
             );
         }
         assert_still_serves(name, executor.as_ref());
+    }
+}
+
+/// The pool compiles workspace modules ahead of each job; a job must still import exactly the
+/// bytes on disk: an edit between jobs (same size, so only the content tells), a syntax error
+/// reported as the interpreter would, a module in a package.
+#[test]
+fn workspace_modules_import_as_written_between_jobs() {
+    for (name, executor) in executors() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("pkg")).unwrap();
+        std::fs::write(dir.path().join("pkg/__init__.py"), "").unwrap();
+        let program = "import os, pkg.calc, calc\nos.write(3, ('%s %s' % (calc.VALUE, pkg.calc.VALUE)).encode())\n";
+        for (value, expected) in [("1", "1 -1"), ("2", "2 -2"), ("(", "")] {
+            std::fs::write(dir.path().join("calc.py"), format!("VALUE = {value}\n")).unwrap();
+            std::fs::write(
+                dir.path().join("pkg/calc.py"),
+                format!("VALUE = -{value}\n"),
+            )
+            .unwrap();
+            let out = executor
+                .run(&job(dir.path(), program, quick_limits()))
+                .unwrap();
+            if expected.is_empty() {
+                assert_eq!(out.termination, Termination::Exited { code: 1 }, "{name}");
+                assert!(
+                    text(&out.stderr).contains("SyntaxError"),
+                    "{name}: {}",
+                    text(&out.stderr)
+                );
+            } else {
+                assert_eq!(text(&out.result), expected, "{name}: {}", text(&out.stderr));
+            }
+        }
+    }
+}
+
+/// System V shared memory and POSIX message queues of the host: reachable by key or name,
+/// through no file a job opens, so only the socket filter stops them.
+#[test]
+fn host_ipc_objects_are_unreachable() {
+    const KEY: libc::key_t = 0x6167_7274; // "agrt"
+                                          // SAFETY: plain System V calls on integers; the segment is removed below.
+    let shm = unsafe { libc::shmget(KEY, 4096, libc::IPC_CREAT | 0o666) };
+    assert!(shm >= 0, "shmget: {}", std::io::Error::last_os_error());
+    let queue_name = format!("/agentrl-test-{}", std::process::id());
+    let c_name = std::ffi::CString::new(queue_name.clone()).unwrap();
+    // SAFETY: a valid name; the queue is unlinked below.
+    let queue = unsafe {
+        libc::mq_open(
+            c_name.as_ptr(),
+            libc::O_CREAT | libc::O_RDWR,
+            0o666 as libc::mode_t,
+            std::ptr::null::<libc::mq_attr>(),
+        )
+    };
+    let program = format!(
+        r#"import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+results = []
+for label, call in [('shmget', lambda: libc.shmget({KEY}, 0, 0)),
+                    ('shmat', lambda: libc.shmat({shm}, None, 0)),
+                    ('mq_open', lambda: libc.mq_open({queue_name:?}.encode(), os.O_WRONLY))]:
+    rc = call()
+    results.append('%s:%s' % (label, 'reached' if rc not in (-1, None) and rc != ctypes.c_void_p(-1).value else os.strerror(ctypes.get_errno())))
+os.write(3, ' '.join(results).encode())
+"#
+    );
+    for (name, executor) in executors() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = executor
+            .run(&job(dir.path(), &program, quick_limits()))
+            .unwrap();
+        let result = text(&out.result);
+        assert!(
+            result.contains("shmget:") && !result.contains("reached"),
+            "{name}: {result} {}",
+            text(&out.stderr)
+        );
+        assert_still_serves(name, executor.as_ref());
+    }
+    // SAFETY: removing what we created.
+    unsafe {
+        libc::shmctl(shm, libc::IPC_RMID, std::ptr::null_mut());
+        if queue >= 0 {
+            libc::mq_close(queue);
+            libc::mq_unlink(c_name.as_ptr());
+        }
     }
 }

@@ -5,8 +5,8 @@
 //! network namespace; `unshare(CLONE_NEWPID)` and fork once more, so the interpreter is PID 1
 //! of its own namespace while the outer process only waits and relays its status (when PID 1
 //! exits the kernel kills everything left in the namespace); `chdir` to the workspace;
-//! rlimits; Landlock; drop to the job's uid; parent-death signal; address-space limit last.
-//! The program travels on fd 4, the result channel is fd 3.
+//! rlimits; Landlock; the seccomp socket filter; drop to the job's uid; parent-death signal;
+//! address-space limit last. The program travels on fd 4, the result channel is fd 3.
 
 use std::io::Write as _;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::host::{self, HostSetup, UID_SLOTS};
+use super::seccomp;
 use super::{Executor, Job, Limits, RunOutput, SandboxError, SandboxInfo, Termination};
 
 /// Spawns a fresh, fully confined `python3` for every job.
@@ -80,7 +81,7 @@ fn set_rlimit(resource: libc::__rlimit_resource_t, value: u64) -> std::io::Resul
 impl Executor for FreshExecutor {
     fn run(&self, job: &Job) -> Result<RunOutput, SandboxError> {
         let host = &self.host;
-        let workspace = host::canonical_workspace(&job.workspace)?;
+        let workspace = host::canonical_workspace(host, &job.workspace)?;
         let lease = if host.drop_uid {
             Some(UID_SLOTS.acquire()?)
         } else {
@@ -107,6 +108,7 @@ impl Executor for FreshExecutor {
         let limits = job.limits.clone();
         let pid_namespace = host.pid_namespace;
         let join_network = host.network_pre_exec();
+        let socket_filter = host.socket_filter.clone();
 
         let boot = format!("{}\nfresh_main()\n", host::WORKER_PY);
         let mut command = Command::new(&host.python);
@@ -140,6 +142,9 @@ impl Executor for FreshExecutor {
                 set_rlimit(libc::RLIMIT_NPROC, limits.max_processes)?;
                 if let Some(fd) = ruleset_fd {
                     host::restrict_self(fd)?;
+                }
+                if let Some(program) = &socket_filter {
+                    seccomp::apply(program)?;
                 }
                 if let Some(uid) = uid {
                     host::drop_privileges(uid)?;

@@ -59,6 +59,8 @@ pub(crate) struct HostSetup {
     pub read_only_paths: Vec<PathBuf>,
     /// Device files that stay readable and writable.
     pub read_write_files: Vec<PathBuf>,
+    /// The seccomp socket filter (see `seccomp.rs`); `None` when the kernel refuses it.
+    pub socket_filter: Option<seccompiler::BpfProgram>,
     pub notes: Vec<String>,
 }
 
@@ -215,6 +217,58 @@ fn user_network_namespace_works() -> bool {
     command.status().map(|s| s.success()).unwrap_or(false)
 }
 
+/// The Landlock read-only rules for `paths`: each resolved (a rule applies to what a path
+/// names, so `/lib -> usr/lib` is a rule on `/usr/lib`), missing ones dropped, and those beneath
+/// another one dropped, since a path-beneath rule already covers them. Every rule costs every
+/// job a `landlock_add_rule` call; on a merged-/usr system a dozen paths come down to three.
+fn beneath_rules(paths: Vec<PathBuf>) -> Vec<PathBuf> {
+    let mut resolved: Vec<PathBuf> = paths.iter().filter_map(|p| p.canonicalize().ok()).collect();
+    // Sorted, an ancestor comes right before the paths beneath it.
+    resolved.sort();
+    resolved.dedup();
+    let mut kept: Vec<PathBuf> = Vec::new();
+    for path in resolved {
+        if !kept.iter().any(|k| path.starts_with(k)) {
+            kept.push(path);
+        }
+    }
+    kept
+}
+
+/// Compiles the socket filter and checks, in a throwaway interpreter, that the kernel installs
+/// it and that it denies an `AF_UNIX` socket while a stream socketpair still works.
+fn probe_socket_filter(python: &Path, allow_inet: bool) -> Result<seccompiler::BpfProgram, String> {
+    const CHECK: &str = "import socket\n\
+        a, b = socket.socketpair()\n\
+        try:\n    socket.socket(socket.AF_UNIX)\nexcept PermissionError:\n    raise SystemExit(0)\n\
+        raise SystemExit(3)\n";
+    let program = super::seccomp::socket_filter(allow_inet)?;
+    let in_child = program.clone();
+    let mut command = Command::new(python);
+    command
+        .args(PYTHON_FLAGS)
+        .args(["-c", CHECK])
+        .env_clear()
+        .envs(scrubbed_env())
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: `apply` makes two system calls and does not allocate.
+    unsafe {
+        command.pre_exec(move || super::seccomp::apply(&in_child));
+    }
+    let output = command.output().map_err(|e| format!("install it: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "check under it exited with {}: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    Ok(program)
+}
+
 impl HostSetup {
     fn probe() -> Result<HostSetup, SandboxError> {
         let mut notes = Vec::new();
@@ -298,6 +352,19 @@ impl HostSetup {
             );
         }
 
+        let socket_filter = match probe_socket_filter(
+            &python,
+            !matches!(network, NetworkIsolation::Off),
+        ) {
+            Ok(program) => Some(program),
+            Err(e) => {
+                notes.push(format!(
+                    "socket filter off ({e}): a job can reach host processes on pathname Unix sockets, System V IPC and POSIX message queues"
+                ));
+                None
+            }
+        };
+
         let landlock_abi = landlock_abi();
         if landlock_abi == 0 {
             notes.push("Landlock off: the kernel does not offer it; the uid drop and file permissions guard the filesystem".into());
@@ -324,9 +391,7 @@ impl HostSetup {
         if let Some(parent) = Path::new(&facts.executable).parent() {
             read_only_paths.push(parent.to_path_buf());
         }
-        read_only_paths.retain(|p| p.exists());
-        read_only_paths.sort();
-        read_only_paths.dedup();
+        let read_only_paths = beneath_rules(read_only_paths);
         let read_write_files = ["/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"]
             .iter()
             .map(PathBuf::from)
@@ -345,6 +410,7 @@ impl HostSetup {
             landlock_abi,
             read_only_paths,
             read_write_files,
+            socket_filter,
             notes,
         })
     }
@@ -376,6 +442,15 @@ impl HostSetup {
                     .join(", ")
             ));
         }
+        if self.socket_filter.is_some() {
+            notes.push(
+                "seccomp socket filter: no socket() but AF_INET/AF_INET6 inside the empty network \
+                 namespace (none without it), socketpair only AF_UNIX stream/seqpacket, no \
+                 io_uring, no System V IPC or POSIX message queues; so no pathname or abstract \
+                 Unix socket, shared memory segment or queue of the host is reachable"
+                    .into(),
+            );
+        }
         SandboxInfo {
             network_namespace: !matches!(self.network, NetworkIsolation::Off),
             rlimits: true,
@@ -385,6 +460,7 @@ impl HostSetup {
             output_caps: true,
             privilege_drop: self.drop_uid,
             pid_namespace: self.pid_namespace,
+            socket_filter: self.socket_filter.is_some(),
             notes,
         }
     }
@@ -625,8 +701,13 @@ pub(crate) fn restrict_self(ruleset: RawFd) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The canonical absolute workspace path, checked to be a directory.
-pub(crate) fn canonical_workspace(workspace: &Path) -> Result<PathBuf, SandboxError> {
+/// The canonical absolute workspace path, checked to be a directory that the job can reach:
+/// under the uid drop, a workspace below a 0700 directory would fail every job (see
+/// `scratch.rs`), so that is an error naming the directory.
+pub(crate) fn canonical_workspace(
+    host: &HostSetup,
+    workspace: &Path,
+) -> Result<PathBuf, SandboxError> {
     let path = workspace
         .canonicalize()
         .map_err(|source| SandboxError::Io {
@@ -638,6 +719,12 @@ pub(crate) fn canonical_workspace(workspace: &Path) -> Result<PathBuf, SandboxEr
             what: format!("workspace {}", workspace.display()),
             source: std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory"),
         });
+    }
+    if host.drop_uid {
+        super::scratch::reachable_by_others(&path).map_err(|why| SandboxError::Io {
+            what: format!("workspace {}", workspace.display()),
+            source: std::io::Error::new(std::io::ErrorKind::PermissionDenied, why),
+        })?;
     }
     Ok(path)
 }
@@ -703,4 +790,28 @@ pub(crate) unsafe fn become_pid_namespace_init() -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn beneath_rules_keep_only_the_outermost_existing_paths() {
+        let root = tempfile::tempdir().unwrap();
+        let usr = root.path().join("usr");
+        std::fs::create_dir_all(usr.join("lib/python3")).unwrap();
+        std::os::unix::fs::symlink("usr/lib", root.path().join("lib")).unwrap();
+        std::fs::write(root.path().join("ld.so.cache"), "").unwrap();
+        let rules = beneath_rules(vec![
+            usr.join("lib/python3"),
+            root.path().join("lib"),
+            usr.clone(),
+            root.path().join("missing"),
+            root.path().join("ld.so.cache"),
+            usr.clone(),
+        ]);
+        let root = root.path().canonicalize().unwrap();
+        assert_eq!(rules, vec![root.join("ld.so.cache"), root.join("usr")]);
+    }
 }

@@ -1,6 +1,7 @@
 //! The sandbox: model-written Python runs only here, in a child process, confined by every
 //! layer the machine allows (network namespace, rlimits, wall-clock timeout with process-group
-//! kill, Landlock filesystem confinement, scrubbed environment, output caps).
+//! kill, Landlock filesystem confinement, a seccomp socket filter, scrubbed environment, output
+//! caps).
 //!
 //! Two executors implement [`Executor`]: a fresh `python3` per job (the baseline) and a pool of
 //! warm fork-server workers (the default). The env and the verifier only see this trait.
@@ -91,6 +92,11 @@ pub struct SandboxInfo {
     /// PID namespaces guarantee that nothing a job starts outlives it (needs root here).
     #[serde(default)]
     pub pid_namespace: bool,
+    /// A seccomp filter denies the sockets that could reach host processes through the
+    /// filesystem namespace (pathname and abstract Unix sockets), which Landlock does not cover,
+    /// and System V IPC and POSIX message queues, which no other layer covers.
+    #[serde(default)]
+    pub socket_filter: bool,
     /// Human-readable notes, e.g. why a layer is off.
     pub notes: Vec<String>,
 }
@@ -122,9 +128,12 @@ pub trait Executor: Send + Sync {
 mod fresh;
 mod host;
 mod pool;
+mod scratch;
+mod seccomp;
 
 pub use fresh::FreshExecutor;
 pub use pool::PoolExecutor;
+pub use scratch::{scratch_dir, scratch_root};
 
 /// The default executor: a warm pool with one worker per available core (at least 2).
 pub fn default_executor() -> Result<std::sync::Arc<dyn Executor>, SandboxError> {
@@ -157,6 +166,7 @@ pub fn sandbox_info_report() -> String {
         ("output caps", info.output_caps),
         ("unprivileged uid", info.privilege_drop),
         ("pid namespace", info.pid_namespace),
+        ("socket filter", info.socket_filter),
     ] {
         report.push_str(&format!("{name:<22}{}\n", on_off(on)));
     }

@@ -1,10 +1,11 @@
 //! [`PoolExecutor`]: warm `python3` fork servers (the default executor).
 //!
 //! Each worker is a long-lived Python process (worker.py, `serve`) spawned inside the empty
-//! network namespace as PID 1 of its own PID namespace, with the stdlib modules tests use
-//! already imported. For every job it forks a job process, which applies rlimits, Landlock,
-//! the worker's uid and the scrubbed environment, runs the program and dies; then the server
-//! kills and reaps everything else in its namespace. So jobs skip interpreter start-up but
+//! network namespace as PID 1 of its own PID namespace, under the seccomp socket filter, with
+//! the stdlib modules tests use already imported. For every job it forks a job process, which
+//! inherits the filter, applies rlimits, Landlock, the worker's uid and the scrubbed
+//! environment, runs the program and dies; then the server kills and reaps everything else in its namespace. So jobs skip
+//! interpreter start-up but
 //! share nothing: each starts from the server's pristine memory image, and the server never
 //! imports workspace code.
 //!
@@ -21,6 +22,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::host::{self, HostSetup, UidLease, UID_SLOTS};
+use super::seccomp;
 use super::{Executor, Job, Limits, RunOutput, SandboxError, SandboxInfo, Termination};
 
 /// A worker gets this long beyond a job's wall timeout to answer before it is declared hung.
@@ -34,6 +36,8 @@ struct WorkerConfig<'a> {
     read_write_files: Vec<String>,
     env: std::collections::BTreeMap<&'a str, &'a str>,
     pid_namespace: bool,
+    /// The seccomp socket filter as hex `struct sock_filter`s, or `None` when it is off.
+    socket_filter: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -113,6 +117,7 @@ impl Worker {
                 .collect(),
             env: host::scrubbed_env().into_iter().collect(),
             pid_namespace: host.pid_namespace,
+            socket_filter: host.socket_filter.as_ref().map(seccomp::to_hex),
         };
         let config = serde_json::to_string(&config)
             .map_err(|e| SandboxError::Protocol(format!("encode worker config: {e}")))?;
@@ -421,7 +426,7 @@ impl PoolExecutor {
 
 impl Executor for PoolExecutor {
     fn run(&self, job: &Job) -> Result<RunOutput, SandboxError> {
-        let workspace = host::canonical_workspace(&job.workspace)?;
+        let workspace = host::canonical_workspace(&self.host, &job.workspace)?;
         let workspace = workspace
             .to_str()
             .ok_or_else(|| {

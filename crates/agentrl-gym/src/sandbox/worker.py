@@ -7,8 +7,10 @@
 #   serve(config) - PoolExecutor: a warm fork server, started by Rust as PID 1 of its own PID
 #                   namespace. It pre-imports the stdlib modules tests use, then for every job
 #                   gives the workspace to the job uid, builds the job's Landlock ruleset and
-#                   compiles the program (cached by text), and forks a job process that applies
-#                   rlimits, the ruleset, the uid drop and the scrubbed environment, and runs
+#                   compiles the program (cached by text) and the workspace's modules, and forks
+#                   a job process that applies rlimits, the ruleset, the uid drop and the
+#                   scrubbed environment (the seccomp socket filter is the server's own, inherited
+#                   by every fork), and runs
 #                   the program. Work done before the fork costs the job process no
 #                   copy-on-write page faults, which dominate a job's CPU cost. After the job the server kills
 #                   every other process in its namespace (kill(-1) from a namespace's PID 1
@@ -122,6 +124,8 @@ SYS_LANDLOCK_RESTRICT_SELF = 446
 LANDLOCK_RULE_PATH_BENEATH = 1
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_PDEATHSIG = 1
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
 
 FS_EXECUTE = 1 << 0
 FS_WRITE_FILE = 1 << 1
@@ -249,15 +253,45 @@ def restrict_self(ruleset):
         raise _oserror("landlock_restrict_self")
 
 
+class SocketFilter:
+    """The seccomp socket filter compiled on the Rust side (seccomp.rs: which sockets a job may
+    create, and why), as hex `struct sock_filter`s. The fork server installs it on itself once;
+    filters are inherited by every fork and kept across exec."""
+
+    def __init__(self, hex_program):
+        import ctypes
+
+        raw = bytes.fromhex(hex_program)
+
+        class SockFprog(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+        self._filter = ctypes.create_string_buffer(raw, len(raw))
+        self._prog = SockFprog(len(raw) // 8, ctypes.addressof(self._filter))
+        self._prog_ref = ctypes.byref(self._prog)
+
+    def apply(self):
+        if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise _oserror("prctl(PR_SET_NO_NEW_PRIVS)")
+        if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, self._prog_ref, 0, 0) != 0:
+            raise _oserror("prctl(PR_SET_SECCOMP)")
+
+
 # ---------------------------------------------------------------------------------------------
 # The fork server.
 
+# What tests commonly import, and no more: every pre-imported module makes each fork copy and
+# tear down more page tables, and some cost every job page faults through at-fork hooks, used
+# or not. Left out on purpose: unittest.mock (it imports asyncio and ssl: about 180 faults per
+# job), threading (its at-fork hook: about 120), random (it reseeds at fork), and the rarely
+# used decimal, fractions, statistics, datetime, difflib, pprint, argparse, tempfile, shutil and
+# pathlib (about half a millisecond of fork cost together). A test that needs one imports it
+# in its own process.
 PRELOAD = (
-    "unittest", "unittest.mock", "json", "traceback", "re", "math", "collections",
-    "itertools", "functools", "dataclasses", "typing", "types", "io", "string", "random",
-    "copy", "operator", "heapq", "bisect", "decimal", "fractions", "statistics", "textwrap",
-    "enum", "abc", "contextlib", "datetime", "threading", "atexit", "weakref", "struct",
-    "difflib", "pprint", "argparse", "tempfile", "shutil", "pathlib", "inspect", "warnings",
+    "unittest", "json", "traceback", "re", "math", "collections", "itertools", "functools",
+    "dataclasses", "typing", "types", "io", "string", "copy", "operator", "heapq", "bisect",
+    "textwrap", "enum", "abc", "contextlib", "atexit", "weakref", "struct", "inspect",
+    "warnings",
 )
 
 
@@ -311,10 +345,6 @@ def _job_process(job, config, fds, ruleset):
             os.closerange(6, 1 << 16)
         else:
             os.closerange(5, 1 << 16)
-        for sig in (signal.SIGINT,):
-            signal.signal(sig, signal.default_int_handler)
-        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
-            signal.signal(sig, signal.SIG_DFL)
         workspace = job["workspace"]
         os.chdir(workspace)
         uid = job.get("uid")
@@ -337,15 +367,13 @@ def _job_process(job, config, fds, ruleset):
             os._exit(EXIT_SETUP_FAILED)
         # Last, so that the setup above is not limited by the address-space cap.
         resource.setrlimit(resource.RLIMIT_AS, (limits["address_space_bytes"], limits["address_space_bytes"]))
-        # The server's environment is the scrubbed one (serve sets it): only HOME differs.
+        # The server's environment is the scrubbed one (serve sets it): only HOME differs. Set
+        # here, not by the server: glibc never frees a replaced environment string, so a server
+        # that set it for every new workspace would grow with each one. The signal dispositions
+        # are the server's (set once in serve: here they cost the job some 100 page faults).
         os.environ["HOME"] = workspace
-        import io
-
-        sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8")
-        sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8")
-        sys.stderr = sys.__stderr__ = io.TextIOWrapper(
-            io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8", errors="backslashreplace", line_buffering=True
-        )
+        sys.stdin, sys.stdout, sys.stderr = _JOB_STREAMS
+        sys.__stdin__, sys.__stdout__, sys.__stderr__ = _JOB_STREAMS
         os.close(4)
     except BaseException as exc:
         try:
@@ -353,6 +381,24 @@ def _job_process(job, config, fds, ruleset):
         finally:
             os._exit(EXIT_SETUP_FAILED)
     _finish(run_program(job["program"], job.get("code")))
+
+
+_JOB_STREAMS = None
+
+
+def _make_job_streams():
+    """sys.stdin/stdout/stderr of every job, on fds 0-2, which each job process points at its
+    own pipes. Made once by the server, which never uses them, so every fork gets them unused
+    (building them in the job process costs it some 90 copy-on-write page faults)."""
+    import io
+
+    return (
+        io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8"),
+        io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8"),
+        io.TextIOWrapper(
+            io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8", errors="backslashreplace", line_buffering=True
+        ),
+    )
 
 
 def _kill_leftovers(config, job_pid):
@@ -421,6 +467,75 @@ def _compiled(source):
     return code
 
 
+# Workspace modules compiled by the server, by (path, exact source bytes). Jobs run with
+# PYTHONDONTWRITEBYTECODE, so without this every job compiles every module it imports, and in a
+# forked process compiling is mostly copy-on-write faults (about a tenth of a bench job).
+# Before each fork the server compiles the workspace's small .py files it has not seen; the
+# job's import system takes a cached code object only when the bytes it read itself are the
+# very bytes that were compiled (_install_compile_cache), so what runs is what an uncached
+# import would run. Compiling executes nothing. Holds workspace files only: the job's own
+# inputs, never a harness's cases.
+_SOURCE_CODE = {}
+_SOURCE_CODE_MAX = 128
+_SOURCE_MAX_BYTES = 128 << 10
+_SOURCE_MAX_FILES = 32
+
+
+def _precompile_workspace(workspace):
+    pending = [workspace]
+    files = 0
+    while pending:
+        with os.scandir(pending.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    if entry.name != "__pycache__":
+                        pending.append(entry.path)
+                    continue
+                if not entry.name.endswith(".py") or not entry.is_file(follow_symlinks=False):
+                    continue
+                info = entry.stat(follow_symlinks=False)
+                # A file with several hard links could be one outside the workspace.
+                if info.st_nlink != 1 or info.st_size > _SOURCE_MAX_BYTES:
+                    continue
+                files += 1
+                if files > _SOURCE_MAX_FILES:
+                    return
+                try:
+                    fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+                except OSError:
+                    continue
+                try:
+                    data = os.read(fd, _SOURCE_MAX_BYTES + 1)
+                finally:
+                    os.close(fd)
+                key = (entry.path, data)
+                if key in _SOURCE_CODE:
+                    continue
+                try:
+                    code = compile(data, entry.path, "exec", dont_inherit=True)
+                except BaseException:
+                    continue  # the job compiles it and reports the error as the interpreter would
+                if len(_SOURCE_CODE) >= _SOURCE_CODE_MAX:
+                    _SOURCE_CODE.clear()
+                _SOURCE_CODE[key] = code
+
+
+def _install_compile_cache():
+    """Makes source imports take their code from _SOURCE_CODE when path and bytes match."""
+    import importlib._bootstrap_external as external
+
+    compile_source = external.SourceLoader.source_to_code
+
+    def source_to_code(self, data, path, *, _optimize=-1):
+        if _optimize == -1 and type(data) is bytes and type(path) is str:
+            code = _SOURCE_CODE.get((path, data))
+            if code is not None:
+                return code
+        return compile_source(self, data, path, _optimize=_optimize)
+
+    external.SourceLoader.source_to_code = source_to_code
+
+
 # A built-in unittest run the server does once before serving: it fills the lazy caches that
 # every test job would otherwise fill in its own process (compiled regexes, unittest's loader
 # and runner paths, traceback formatting). The module lives only in memory: nothing is read
@@ -487,6 +602,7 @@ def _run_job(job, program, stdin, config, landlock):
     job["code"] = _compiled(job["program"])
     if job.get("uid") is not None:
         _give_workspace(job["workspace"], job["uid"])
+    _precompile_workspace(job["workspace"])
     ruleset = landlock.ruleset_for(job["workspace"]) if landlock is not None else None
     try:
         return _fork_job(job, stdin, config, ruleset)
@@ -496,8 +612,8 @@ def _run_job(job, program, stdin, config, landlock):
 
 
 def _fork_job(job, stdin, config, ruleset):
-    import selectors
-
+    # select.poll rather than selectors: the server's work while a job runs touches pages the
+    # job shares, and each costs a copy-on-write fault; poll keeps that work small.
     limits = job["limits"]
     cap = limits["output_cap_bytes"]
     stdin_r, stdin_w = os.pipe()
@@ -519,20 +635,23 @@ def _fork_job(job, stdin, config, ruleset):
         os.close(fd)
     job_exit = os.pidfd_open(job_pid)
     deadline = start + limits["wall_timeout_s"]
-    sel = selectors.DefaultSelector()
+    poller = select.poll()
+    # The fds registered with poller (to drain and close at the end).
+    registered = set()
     sinks = {}
     for fd in (stdout_r, stderr_r, result_r):
         os.set_blocking(fd, False)
         sinks[fd] = _Sink(fd, cap)
-        sel.register(fd, selectors.EVENT_READ)
+    for fd in (stdout_r, stderr_r, result_r, status_r, job_exit):
+        poller.register(fd, select.POLLIN)
+        registered.add(fd)
     status_buf = bytearray()
     os.set_blocking(status_r, False)
-    sel.register(status_r, selectors.EVENT_READ)
-    sel.register(job_exit, selectors.EVENT_READ)
     pending_stdin = memoryview(stdin)
     os.set_blocking(stdin_w, False)
     if pending_stdin:
-        sel.register(stdin_w, selectors.EVENT_WRITE)
+        poller.register(stdin_w, select.POLLOUT)
+        registered.add(stdin_w)
     else:
         os.close(stdin_w)
         stdin_w = None
@@ -544,10 +663,12 @@ def _fork_job(job, stdin, config, ruleset):
         if remaining <= 0:
             timed_out = wait_status is None
             break
-        for key, _ in sel.select(remaining):
-            fd = key.fd
+        for fd, _ in poller.poll(remaining * 1000.0):
+            if fd not in registered:
+                continue
             if fd == job_exit:
-                sel.unregister(fd)
+                poller.unregister(fd)
+                registered.discard(fd)
                 os.close(fd)
                 _, wait_status = os.waitpid(job_pid, 0)
                 # Everything still holding the pipes dies now, so they reach end of file.
@@ -561,7 +682,8 @@ def _fork_job(job, stdin, config, ruleset):
                 except OSError:  # the program closed its stdin
                     pending_stdin = pending_stdin[:0]
                 if not pending_stdin:
-                    sel.unregister(fd)
+                    poller.unregister(fd)
+                    registered.discard(fd)
                     os.close(fd)
                     stdin_w = None
                 continue
@@ -575,7 +697,8 @@ def _fork_job(job, stdin, config, ruleset):
             elif chunk:
                 keep = sinks[fd].feed(chunk)
             if not keep:
-                sel.unregister(fd)
+                poller.unregister(fd)
+                registered.discard(fd)
                 os.close(fd)
                 open_reads -= 1
     if wait_status is None:
@@ -588,13 +711,13 @@ def _fork_job(job, stdin, config, ruleset):
             os.kill(job_pid, signal.SIGKILL)
         except OSError:
             pass
-        sel.unregister(job_exit)
+        poller.unregister(job_exit)
+        registered.discard(job_exit)
         os.close(job_exit)
         _, wait_status = os.waitpid(job_pid, 0)
         _kill_leftovers(config, job_pid)
     # Collect what is still buffered in the pipes (everything writing to them is dead now).
-    for key in list(sel.get_map().values()):
-        fd = key.fd
+    for fd in list(registered):
         if fd != stdin_w:
             while True:
                 try:
@@ -607,9 +730,8 @@ def _fork_job(job, stdin, config, ruleset):
                     status_buf += chunk
                 elif not sinks[fd].feed(chunk):
                     break
-        sel.unregister(fd)
+        poller.unregister(fd)
         os.close(fd)
-    sel.close()
     elapsed = time.monotonic() - start
     setup_error = None
     for line in bytes(status_buf).decode("utf-8", "replace").splitlines():
@@ -633,10 +755,11 @@ def _fork_job(job, stdin, config, ruleset):
 
 
 def serve(config_json):
-    global ctypes, json, resource, signal, struct, time
+    global ctypes, json, resource, select, signal, struct, time
     import ctypes
     import json
     import resource
+    import select
     import signal
     import struct
     import time
@@ -645,12 +768,20 @@ def serve(config_json):
 
     _load_libc()
     config = json.loads(config_json)
-    # The job processes inherit this environment and set only HOME.
+    # The job processes inherit this environment (they set HOME) and these dispositions:
+    # Python's own for SIGINT, and the default for the rest, whatever we inherited.
     os.environ.clear()
     os.environ.update(config["env"])
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
     landlock = None
     if config.get("landlock_abi", 0) > 0:
         landlock = Landlock(config["landlock_abi"], config["read_only_paths"], config["read_write_files"])
+    if config.get("socket_filter"):
+        # On the server itself, which needs no socket: every job process inherits it from the
+        # fork, so no job pays for installing (and JIT-compiling) it.
+        SocketFilter(config["socket_filter"]).apply()
     # The server's cwd is "/": never import from there. Jobs put "" (their workspace) back.
     while "" in sys.path:
         sys.path.remove("")
@@ -659,6 +790,9 @@ def serve(config_json):
             __import__(name)
         except Exception:
             pass
+    _install_compile_cache()
+    global _JOB_STREAMS
+    _JOB_STREAMS = _make_job_streams()
     try:
         _warm_up()
     except Exception:

@@ -1,0 +1,288 @@
+//! Scratch directories for sandboxed jobs (episode workspaces `agentrl-ws-*`, the verifier's
+//! `agentrl-verify-*`, the bench's): where they live, and how none of them outlives its process.
+//!
+//! Layout: every directory of one process sits in that process's *run directory*,
+//! `BASE/agentrl-run-PIDNS-PID-START`, mode 0711 (the job uids may pass through it, but not
+//! list it). PIDNS is the inode of our PID namespace, PID our process id and START its start
+//! time in clock ticks (field 22 of `/proc/PID/stat`), so the name says who owns it even after
+//! the pid is reused.
+//!
+//! Cleanup, for every way a process ends:
+//! - while it runs, each [`tempfile::TempDir`] removes itself when dropped;
+//! - when it ends, however it ends (normal exit, SIGTERM, Ctrl-C, a panic that aborts, and
+//!   SIGKILL too), a *janitor* removes the run directory: a `/bin/sh` started with the run
+//!   directory, in a session of its own and ignoring terminal signals, that waits for end of
+//!   file on a pipe only we hold and then runs `rm -rf`. No signal handler is installed, so
+//!   the program's own handling of SIGINT and SIGTERM stays as it was;
+//! - whatever a janitor could not remove (it was killed too, or the machine went down) is
+//!   reclaimed by the next process that makes scratch directories under the same base: a run
+//!   directory of our PID namespace whose owner is gone (no such pid, or one with another start
+//!   time) is removed.
+//!
+//! Base: `std::env::temp_dir()` (`TMPDIR`), when the job uids can reach it. With the uid drop
+//! on, every directory above a workspace must be searchable by others; a `TMPDIR` inside a 0700
+//! directory (as Python's `mkdtemp` makes) is not, and jobs there would fail to start. Then
+//! `/tmp` is used instead, with a warning naming both; when neither is reachable, making a
+//! scratch directory fails with an error naming the directory that blocks.
+
+use std::io::Write as _;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{ChildStdin, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+
+/// Run directories start with this.
+const RUN_DIR_PREFIX: &str = "agentrl-run-";
+
+/// Waits for end of file on stdin, then removes the run directory (`$1`). Terminal signals are
+/// ignored: Ctrl-C reaches the whole foreground process group, and the janitor must outlive us.
+const JANITOR_SCRIPT: &str = "trap '' HUP INT TERM QUIT PIPE; read -r _; exec rm -rf -- \"$1\"";
+
+/// This process's run directory, made on first use.
+struct RunDir {
+    path: PathBuf,
+    /// The write end of the janitor's stdin: never written, closed by the kernel when we end.
+    /// `None` when the janitor could not be started (the next process reclaims the directory).
+    _janitor: Option<Mutex<ChildStdin>>,
+}
+
+static RUN_DIR: OnceLock<Result<RunDir, String>> = OnceLock::new();
+
+fn io_error(message: String) -> std::io::Error {
+    std::io::Error::other(message)
+}
+
+/// A new scratch directory `PREFIX*` (mode 0700) in this process's run directory; removed when
+/// the returned [`tempfile::TempDir`] is dropped, and in any case when the process ends.
+pub fn scratch_dir(prefix: &str) -> std::io::Result<tempfile::TempDir> {
+    let run_dir = RUN_DIR
+        .get_or_init(|| RunDir::create().map_err(|e| e.to_string()))
+        .as_ref()
+        .map_err(|e| io_error(format!("scratch directory for sandboxed jobs: {e}")))?;
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(&run_dir.path)
+        .map_err(|e| {
+            io_error(format!(
+                "create a scratch directory in {}: {e}",
+                run_dir.path.display()
+            ))
+        })
+}
+
+/// Where scratch directories go in this process (the run directory), if one was made.
+pub fn scratch_root() -> Option<PathBuf> {
+    RUN_DIR.get()?.as_ref().ok().map(|d| d.path.clone())
+}
+
+/// Identity of a process: (PID namespace inode, pid, start time in clock ticks).
+type Owner = (u64, u32, u64);
+
+fn pid_namespace_inode() -> std::io::Result<u64> {
+    Ok(std::fs::metadata("/proc/self/ns/pid")?.ino())
+}
+
+/// The start time of `pid` (field 22 of `/proc/PID/stat`), or `None` when there is no such
+/// process.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces and parentheses: count from the last ')'.
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    after_name.split_whitespace().nth(19)?.parse().ok()
+}
+
+fn run_dir_name((pidns, pid, start): Owner) -> String {
+    format!("{RUN_DIR_PREFIX}{pidns}-{pid}-{start}")
+}
+
+fn parse_run_dir_name(name: &str) -> Option<Owner> {
+    let mut fields = name.strip_prefix(RUN_DIR_PREFIX)?.split('-');
+    let owner = (
+        fields.next()?.parse().ok()?,
+        fields.next()?.parse().ok()?,
+        fields.next()?.parse().ok()?,
+    );
+    fields.next().is_none().then_some(owner)
+}
+
+/// Removes the run directories under `base` whose owner, a process of our PID namespace, is
+/// gone. Directories of other PID namespaces are left alone: we cannot see their processes.
+/// Returns the directories removed.
+pub(crate) fn reclaim(base: &Path) -> Vec<PathBuf> {
+    let Ok(pidns) = pid_namespace_inode() else {
+        return Vec::new();
+    };
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some((ns, pid, start)) = name.to_str().and_then(parse_run_dir_name) else {
+            continue;
+        };
+        if ns != pidns || start_time(pid) == Some(start) {
+            continue;
+        }
+        let path = entry.path();
+        match std::fs::remove_dir_all(&path) {
+            Ok(()) => removed.push(path),
+            Err(e) => tracing::debug!("could not reclaim {}: {e}", path.display()),
+        }
+    }
+    removed
+}
+
+/// Checks that a process of another uid can reach `dir`: every directory from `/` down to it
+/// must be searchable by others. Names the first one that is not.
+pub(crate) fn reachable_by_others(dir: &Path) -> Result<(), String> {
+    let dir = dir
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    for ancestor in dir.ancestors() {
+        let meta =
+            std::fs::metadata(ancestor).map_err(|e| format!("{}: {e}", ancestor.display()))?;
+        let mode = meta.permissions().mode();
+        if mode & 0o001 == 0 {
+            return Err(format!(
+                "{} has mode {:04o}: the sandbox's job uids cannot pass through it \
+                 (others need search permission, o+x)",
+                ancestor.display(),
+                mode & 0o7777
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The base directory: `TMPDIR`, or `/tmp` when the job uids cannot reach `TMPDIR`.
+fn choose_base(jobs_run_as_other_uid: bool) -> Result<PathBuf, String> {
+    let preferred = std::env::temp_dir();
+    if !jobs_run_as_other_uid {
+        return Ok(preferred);
+    }
+    let why = match reachable_by_others(&preferred) {
+        Ok(()) => return Ok(preferred),
+        Err(why) => why,
+    };
+    let fallback = PathBuf::from("/tmp");
+    match reachable_by_others(&fallback) {
+        Ok(()) => {
+            tracing::warn!(
+                "TMPDIR {} is unreachable for sandboxed jobs ({why}); their workspaces go under {}",
+                preferred.display(),
+                fallback.display()
+            );
+            Ok(fallback)
+        }
+        Err(fallback_why) => Err(format!(
+            "no directory for sandbox workspaces: TMPDIR {}: {why}; {}: {fallback_why}. \
+             Set TMPDIR to a directory every user can search",
+            preferred.display(),
+            fallback.display()
+        )),
+    }
+}
+
+impl RunDir {
+    fn create() -> Result<RunDir, String> {
+        let drop_uid = super::host::host().map(|h| h.drop_uid).unwrap_or(false);
+        let base = choose_base(drop_uid)?;
+        for path in reclaim(&base) {
+            tracing::info!("removed {} (its process is gone)", path.display());
+        }
+        let pid = std::process::id();
+        let owner = (
+            pid_namespace_inode().map_err(|e| format!("/proc/self/ns/pid: {e}"))?,
+            pid,
+            start_time(pid).ok_or("cannot read our own /proc/PID/stat")?,
+        );
+        let path = base.join(run_dir_name(owner));
+        std::fs::create_dir(&path).map_err(|e| format!("create {}: {e}", path.display()))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o711))
+            .map_err(|e| format!("chmod {}: {e}", path.display()))?;
+        let janitor = match start_janitor(&path) {
+            Ok(stdin) => Some(Mutex::new(stdin)),
+            Err(e) => {
+                tracing::warn!(
+                    "no janitor for {} ({e}): if this process is killed, the next run removes it",
+                    path.display()
+                );
+                None
+            }
+        };
+        Ok(RunDir {
+            path,
+            _janitor: janitor,
+        })
+    }
+}
+
+fn start_janitor(run_dir: &Path) -> std::io::Result<ChildStdin> {
+    let mut command = Command::new("/bin/sh");
+    command
+        .args(["-c", JANITOR_SCRIPT, "agentrl-janitor"])
+        .arg(run_dir)
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: setsid is async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            // Its own session: no terminal signal or process-group kill aimed at us reaches it.
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn()?;
+    let mut stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| io_error("janitor stdin missing".into()))?;
+    // Nothing is ever written; a flush checks the pipe is open.
+    stdin.flush()?;
+    // The janitor outlives us by design; it is never waited for (init reaps it). Dropping the
+    // handle neither kills nor waits.
+    drop(child);
+    Ok(stdin)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_dir_names_round_trip_and_reject_others() {
+        let owner = (4026531836, 1234, 987654);
+        assert_eq!(parse_run_dir_name(&run_dir_name(owner)), Some(owner));
+        assert_eq!(parse_run_dir_name("agentrl-run-1-2"), None);
+        assert_eq!(parse_run_dir_name("agentrl-run-1-2-3-4"), None);
+        assert_eq!(parse_run_dir_name("agentrl-ws-abc"), None);
+    }
+
+    #[test]
+    fn our_start_time_is_readable() {
+        assert!(start_time(std::process::id()).is_some());
+        assert_eq!(start_time(u32::MAX), None);
+    }
+
+    #[test]
+    fn a_0700_directory_blocks_and_is_named() {
+        let outer = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(outer.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let inner = outer.path().join("tmp");
+        std::fs::create_dir(&inner).unwrap();
+        let error = reachable_by_others(&inner).unwrap_err();
+        assert!(
+            error.contains(&outer.path().canonicalize().unwrap().display().to_string())
+                && error.contains("0700"),
+            "{error}"
+        );
+        std::fs::set_permissions(outer.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+        reachable_by_others(&inner).unwrap();
+    }
+}
