@@ -6,7 +6,9 @@
 //! driven by the knobs `overlong_cache` and `dynamic_sampling`, so any preset that turns them
 //! on gets them; the trainer calls them for every step.
 
-use agentrl_rl::{dynamic_sampling_filter, soft_overlong_penalties, AdvantageEstimator, AggMode, PolicyLoss};
+use agentrl_rl::{
+    dynamic_sampling_filter, soft_overlong_penalties, AdvantageEstimator, AggMode, PolicyLoss,
+};
 
 use super::{Knobs, BASE};
 

@@ -225,14 +225,14 @@ fn common_checks(
             "algorithm.lam / value_clip are GAE and critic knobs; {name} ignores them"
         ));
     }
-    if !(0.0..=1.0).contains(&knobs.eps_low) || !(knobs.eps_high >= 0.0) {
+    if !(0.0..=1.0).contains(&knobs.eps_low) || knobs.eps_high.is_nan() || knobs.eps_high < 0.0 {
         f.errors.push(format!(
             "algorithm.eps_low = {} must lie in [0, 1] and eps_high must be >= 0",
             knobs.eps_low
         ));
     }
     if let Some(c) = knobs.dual_clip_c {
-        if !(c > 1.0) {
+        if c.is_nan() || c <= 1.0 {
             f.errors
                 .push(format!("algorithm.dual_clip_c = {c} must be > 1 (§3)"));
         }
