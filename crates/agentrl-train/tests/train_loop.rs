@@ -325,6 +325,7 @@ fn weights_of(trainer: &Trainer) -> anyhow::Result<Vec<f32>> {
 fn the_verl_presets_train_with_finite_loss_and_moving_weights() -> anyhow::Result<()> {
     for name in [
         "sapo", "geo_mean", "gpg", "dppo_tv", "dppo_kl", "remax", "opo", "clip_cov", "kl_cov",
+        "dro",
     ] {
         let (_tmp, mut trainer) = small_trainer(
             2,

@@ -87,6 +87,9 @@ pub struct Knobs {
     pub kl_cov_ratio: f64,
     /// KL-Cov β: weight of that penalty (verl `policy_loss.ppo_kl_coef`).
     pub ppo_kl_coef: f64,
+    /// DRO β > 0: weight of the `½β(log π_θ − log π_old)²` penalty (verl
+    /// `policy_loss.dro_beta`, which has no default).
+    pub dro_beta: f64,
 }
 
 /// Knobs shared by most presets; each preset file starts from it and names what differs.
@@ -112,7 +115,8 @@ pub const BASE: Knobs = Knobs {
     value_coef: 0.0,
     value_clip: 0.5,
     // SAPO, Clip-Cov and KL-Cov knobs: verl 0.9.1's config defaults (`actor.yaml`); only the
-    // presets that read them (sapo, clip_cov, kl_cov) change them.
+    // presets that read them (sapo, clip_cov, kl_cov, dro) change them. verl's dro_beta has no
+    // default; the value here is the dro preset's.
     tau_pos: 1.0,
     tau_neg: 1.05,
     clip_cov_ratio: 2e-4,
@@ -120,6 +124,7 @@ pub const BASE: Knobs = Knobs {
     clip_cov_ub: 5.0,
     kl_cov_ratio: 2e-4,
     ppo_kl_coef: 0.1,
+    dro_beta: 1.0,
 };
 
 impl Knobs {

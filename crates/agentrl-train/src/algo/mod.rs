@@ -24,6 +24,7 @@ pub mod clip_cov;
 pub mod dapo;
 pub mod dppo;
 pub mod dr_grpo;
+pub mod dro;
 pub mod gmpo;
 pub mod gpg;
 pub mod grpo;
@@ -66,10 +67,11 @@ pub enum Algorithm {
     ClipCov,
     #[serde(alias = "kl-cov")]
     KlCov,
+    Dro,
 }
 
 /// Every algorithm, in the order the docs list them.
-pub const ALL: [Algorithm; 17] = [
+pub const ALL: [Algorithm; 18] = [
     Algorithm::Grpo,
     Algorithm::DrGrpo,
     Algorithm::Dapo,
@@ -87,6 +89,7 @@ pub const ALL: [Algorithm; 17] = [
     Algorithm::Opo,
     Algorithm::ClipCov,
     Algorithm::KlCov,
+    Algorithm::Dro,
 ];
 
 /// What the checks of a preset see besides its knobs: the shape of a rollout step.
@@ -123,6 +126,7 @@ impl Algorithm {
             Algorithm::Opo => "opo",
             Algorithm::ClipCov => "clip_cov",
             Algorithm::KlCov => "kl_cov",
+            Algorithm::Dro => "dro",
         }
     }
 
@@ -146,6 +150,7 @@ impl Algorithm {
             Algorithm::Opo => opo::PRESET,
             Algorithm::ClipCov => clip_cov::PRESET,
             Algorithm::KlCov => kl_cov::PRESET,
+            Algorithm::Dro => dro::PRESET,
         }
     }
 
@@ -168,6 +173,7 @@ impl Algorithm {
             Algorithm::Opo => opo::advantage_estimator(knobs),
             Algorithm::ClipCov => clip_cov::advantage_estimator(knobs),
             Algorithm::KlCov => kl_cov::advantage_estimator(knobs),
+            Algorithm::Dro => dro::advantage_estimator(knobs),
         }
     }
 
@@ -191,6 +197,7 @@ impl Algorithm {
             Algorithm::Opo => opo::policy_loss(knobs),
             Algorithm::ClipCov => clip_cov::policy_loss(knobs),
             Algorithm::KlCov => kl_cov::policy_loss(knobs),
+            Algorithm::Dro => dro::policy_loss(knobs),
         }
     }
 
@@ -210,7 +217,8 @@ impl Algorithm {
             | Algorithm::DppoKl
             | Algorithm::Opo
             | Algorithm::ClipCov
-            | Algorithm::KlCov => true,
+            | Algorithm::KlCov
+            | Algorithm::Dro => true,
             Algorithm::ReinforcePp | Algorithm::Ppo | Algorithm::Remax => false,
         }
     }
@@ -228,7 +236,7 @@ impl Algorithm {
 
     /// Whether `eps_low` / `eps_high` bound a ratio (or log-ratio) from both sides, so that
     /// `eps_high < eps_low` is probably a swap. CISPO's bounds are on a weight with a large
-    /// `eps_low`, DPPO's are divergence thresholds, and SAPO, GPG and KL-Cov read neither.
+    /// `eps_low`, DPPO's are divergence thresholds, and SAPO, GPG, KL-Cov and DRO read neither.
     fn clips_the_ratio(self) -> bool {
         !matches!(
             self,
@@ -238,6 +246,7 @@ impl Algorithm {
                 | Algorithm::Sapo
                 | Algorithm::Gpg
                 | Algorithm::KlCov
+                | Algorithm::Dro
         )
     }
 
@@ -258,6 +267,7 @@ impl Algorithm {
             Algorithm::Opo => opo::check(knobs, &mut f),
             Algorithm::ClipCov => clip_cov::check(knobs, &mut f),
             Algorithm::KlCov => kl_cov::check(knobs, &mut f),
+            Algorithm::Dro => dro::check(knobs, &mut f),
             Algorithm::Grpo
             | Algorithm::DrGrpo
             | Algorithm::Dapo
@@ -277,13 +287,14 @@ impl Algorithm {
 
 /// Knobs that only some presets read, and those presets (a user's override of one elsewhere
 /// is reported).
-const PRESET_ONLY_KNOBS: [(&[&str], &[Algorithm]); 3] = [
+const PRESET_ONLY_KNOBS: [(&[&str], &[Algorithm]); 4] = [
     (&["tau_pos", "tau_neg"], &[Algorithm::Sapo]),
     (
         &["clip_cov_ratio", "clip_cov_lb", "clip_cov_ub"],
         &[Algorithm::ClipCov],
     ),
     (&["kl_cov_ratio", "ppo_kl_coef"], &[Algorithm::KlCov]),
+    (&["dro_beta"], &[Algorithm::Dro]),
 ];
 
 /// Checks that hold for every preset.
