@@ -70,6 +70,11 @@
 //! | verl rollout correction (§13 TIS/MIS/IcePop) | [`RolloutCorrectionConfig`] (verl's strings) → [`RolloutCorrectionSpec`] → [`rollout_correction_and_rejection`]: token/sequence IS (truncated, `"lo_hi"` IcePop, batch-normalised), rejection `token_k1..3`, `seq_sum_k1..3`, `seq_mean_k1..3`, `seq_max_k2/3`, comma-combined; `rollout_corr/…` metrics |
 //! | `masked_var` (verl `torch_functional`) | [`masked_var`]`(unbiased)`: `Σ m (x − μ)²/Σ m`, × `n/(n − 1)` |
 //!
+//! The trainer's presets (`agentrl-train`, `algorithm.name`, one file each in its `algo/`)
+//! compose these as: `opo`, `gpg`, `remax` (with a greedy episode per task for the baseline),
+//! `sapo`, `geo_mean` (GMPO), `dppo_tv` / `dppo_kl`, `dro`, and from the first table
+//! `clip_cov` / `kl_cov`; GKD needs a teacher and has no RL preset.
+//!
 //! ## Remaining differences from verl 0.9.1 (everything else matches its own functions at f32
 //! tolerance, see `tests/verl_fixtures.rs`)
 //!

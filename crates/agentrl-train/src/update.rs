@@ -9,14 +9,15 @@
 
 use agentrl_model::Policy;
 use agentrl_rl::{
-    aggregate, apply_kl_to_rewards, compute_advantages, compute_policy_loss, entropy_bonus_loss,
-    entropy_from_logits, kl_loss, masked_mean_value, token_log_probs, value_loss, AdvantageInputs,
-    AggMode, AggScale, PolicyLossInputs,
+    aggregate, apply_kl_to_rewards, compute_advantages_with, compute_policy_loss,
+    entropy_bonus_loss, entropy_from_logits, kl_loss, masked_mean_value, token_log_probs,
+    value_loss, AdvantageExtras, AdvantageInputs, AggMode, AggScale, PolicyLoss, PolicyLossInputs,
 };
 use agentrl_rollout::Batch;
 use anyhow::Context;
 use candle_core::{DType, Device, Tensor, Var};
 use rand::seq::SliceRandom;
+use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
@@ -40,6 +41,14 @@ pub struct UpdateSetup<'a> {
     pub grad_clip: f64,
     /// `L_max` of `seq-mean-token-sum-norm` (the action-token budget of an episode).
     pub max_len: f64,
+}
+
+/// Per-episode inputs that only some presets read, in batch order (all `None` by default).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BatchExtras<'a> {
+    /// ReMax: the reward of the greedy episode of each episode's task
+    /// ([`Algorithm::needs_greedy_baseline`]).
+    pub reward_baselines: Option<&'a [f32]>,
 }
 
 /// Diagnostics of one update, averaged over its optimizer steps.
@@ -117,6 +126,25 @@ pub fn update(
     batch: &Batch,
     shuffle: &mut ChaCha8Rng,
 ) -> anyhow::Result<UpdateMetrics> {
+    update_with(
+        setup,
+        &BatchExtras::default(),
+        optimizer,
+        vars,
+        batch,
+        shuffle,
+    )
+}
+
+/// [`update`] with the per-episode inputs only some presets read.
+pub fn update_with(
+    setup: &UpdateSetup<'_>,
+    extras: &BatchExtras<'_>,
+    optimizer: &mut AdamW,
+    vars: &[Var],
+    batch: &Batch,
+    shuffle: &mut ChaCha8Rng,
+) -> anyhow::Result<UpdateMetrics> {
     let knobs = setup.knobs;
     let algorithm = setup.algorithm;
     let (b, _t) = batch.input_ids.dims2()?;
@@ -183,7 +211,7 @@ pub fn update(
         metrics.kl_ref = Some(kl as f64);
     }
     let group_ids = &batch.group_ids;
-    let adv = compute_advantages(
+    let adv = compute_advantages_with(
         &algorithm.advantage_estimator(knobs),
         &AdvantageInputs {
             token_rewards: &rewards_bt,
@@ -191,11 +219,15 @@ pub fn update(
             group_ids: Some(group_ids),
             values: old_values.as_ref(),
         },
+        &AdvantageExtras {
+            reward_baselines: extras.reward_baselines,
+            ..AdvantageExtras::default()
+        },
     )
     .context("computing advantages")?;
     metrics.advantage_abs_mean =
         masked_mean_value(&adv.advantages.abs()?, &batch.loss_mask)? as f64;
-    let policy_loss_kind = algorithm.policy_loss(knobs);
+    let mut policy_loss_kind = algorithm.policy_loss(knobs);
 
     // Epochs × minibatches, one optimizer step per minibatch.
     let mut order: Vec<u32> = (0..b as u32).collect();
@@ -219,6 +251,10 @@ pub fn update(
             };
 
             let (logp, logits, values) = score(setup.policy, &ids, &targets, setup.temperature)?;
+            if let PolicyLoss::ClipCov { seed, .. } = &mut policy_loss_kind {
+                // A fresh random pick of the covariance-selected tokens for every optimizer step.
+                *seed = shuffle.random();
+            }
             let pg = compute_policy_loss(
                 &policy_loss_kind,
                 &PolicyLossInputs {
@@ -485,7 +521,12 @@ mod tests {
                     grad_clip: 1.0,
                     max_len: 12.0,
                 };
-                let m = update(&setup, &mut opt, &vars, &rollout, &mut rng)?;
+                // ReMax's greedy baseline: a reward between the group's 0 and 1.
+                let baselines = [0.5f32; 6];
+                let extras = BatchExtras {
+                    reward_baselines: algorithm.needs_greedy_baseline().then_some(&baselines[..]),
+                };
+                let m = update_with(&setup, &extras, &mut opt, &vars, &rollout, &mut rng)?;
                 assert!(
                     m.loss.is_finite() && m.grad_norm.is_finite(),
                     "{algorithm}: {m:?}"

@@ -30,7 +30,8 @@ pub struct Knobs {
     pub eps_low: f64,
     /// Upper clip ε, `1 + eps_high`; above `eps_low` is DAPO's clip-higher (§6).
     pub eps_high: f64,
-    /// Dual-clip constant c > 1 (§3); unset disables dual clip.
+    /// Dual-clip constant c > 1 (§3); unset disables dual clip. verl's `clip_ratio_c`, which
+    /// DPPO reads as the truncation `c` of its detached IS ratio.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dual_clip_c: Option<f64>,
     /// β of the KL penalty to the reference policy (§11); 0 skips the reference forward.
@@ -68,6 +69,27 @@ pub struct Knobs {
     pub value_coef: f64,
     /// Value clip ε_v (PPO).
     pub value_clip: f64,
+    /// SAPO gate temperature for tokens with `Â > 0` (verl `actor.tau_pos`).
+    pub tau_pos: f64,
+    /// SAPO gate temperature for tokens with `Â ≤ 0` (verl `actor.tau_neg`); above `tau_pos`,
+    /// negative tokens far off-policy lose their gradient faster.
+    pub tau_neg: f64,
+    /// Clip-Cov r: share of valid tokens whose PG term is dropped (verl
+    /// `policy_loss.clip_cov_ratio`; ALGORITHMS.md §12).
+    pub clip_cov_ratio: f64,
+    /// Clip-Cov ω_low: lower bound of the token covariance of droppable tokens (verl
+    /// `policy_loss.clip_cov_lb`).
+    pub clip_cov_lb: f64,
+    /// Clip-Cov ω_high: upper bound of that covariance (verl `policy_loss.clip_cov_ub`).
+    pub clip_cov_ub: f64,
+    /// KL-Cov k: share of valid tokens, the largest by covariance, that get the
+    /// `|log π_θ − log π_old|` penalty (verl `policy_loss.kl_cov_ratio`; ALGORITHMS.md §12).
+    pub kl_cov_ratio: f64,
+    /// KL-Cov β: weight of that penalty (verl `policy_loss.ppo_kl_coef`).
+    pub ppo_kl_coef: f64,
+    /// DRO β > 0: weight of the `½β(log π_θ − log π_old)²` penalty (verl
+    /// `policy_loss.dro_beta`, which has no default).
+    pub dro_beta: f64,
 }
 
 /// Knobs shared by most presets; each preset file starts from it and names what differs.
@@ -92,6 +114,17 @@ pub const BASE: Knobs = Knobs {
     lam: 1.0,
     value_coef: 0.0,
     value_clip: 0.5,
+    // SAPO, Clip-Cov and KL-Cov knobs: verl 0.9.1's config defaults (`actor.yaml`); only the
+    // presets that read them (sapo, clip_cov, kl_cov, dro) change them. verl's dro_beta has no
+    // default; the value here is the dro preset's.
+    tau_pos: 1.0,
+    tau_neg: 1.05,
+    clip_cov_ratio: 2e-4,
+    clip_cov_lb: 1.0,
+    clip_cov_ub: 5.0,
+    kl_cov_ratio: 2e-4,
+    ppo_kl_coef: 0.1,
+    dro_beta: 1.0,
 };
 
 impl Knobs {

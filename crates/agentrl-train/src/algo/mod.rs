@@ -10,24 +10,38 @@
 //! shared and applied by the update with the preset's [`Knobs`]. A closed enum with an
 //! exhaustive `match` plays the role of verl's string registry, with the compiler checking
 //! every case. This module never imports the config: the config imports it.
+//!
+//! GKD (ALGORITHMS.md §15, `agentrl_rl::gkd_loss`) has no preset: its loss is a divergence to a
+//! teacher's full-vocabulary logits, with no reward or advantage, so it belongs to a
+//! distillation recipe with a teacher model, not to this RL trainer.
 
 use serde::{Deserialize, Serialize};
 
 use agentrl_rl::{AdvantageEstimator, PolicyLoss};
 
 pub mod cispo;
+pub mod clip_cov;
 pub mod dapo;
+pub mod dppo;
 pub mod dr_grpo;
+pub mod dro;
+pub mod gmpo;
+pub mod gpg;
 pub mod grpo;
 pub mod gspo;
+pub mod kl_cov;
 pub mod knobs;
+pub mod opo;
 pub mod ppo;
 pub mod reinforce_pp;
+pub mod remax;
 pub mod rloo;
+pub mod sapo;
 
 pub use knobs::{KlPlacement, Knobs, BASE};
 
-/// The algorithms the trainer runs, chosen by `algorithm.name` in the config.
+/// The algorithms the trainer runs, chosen by `algorithm.name` in the config (verl's name
+/// where verl has one: its loss mode or advantage estimator).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Algorithm {
@@ -39,10 +53,25 @@ pub enum Algorithm {
     Ppo,
     Gspo,
     Cispo,
+    Sapo,
+    /// GMPO, verl's `geo_mean` loss mode.
+    #[serde(rename = "geo_mean", alias = "gmpo")]
+    Gmpo,
+    Gpg,
+    #[serde(alias = "dppo")]
+    DppoTv,
+    DppoKl,
+    Remax,
+    Opo,
+    #[serde(alias = "clip-cov")]
+    ClipCov,
+    #[serde(alias = "kl-cov")]
+    KlCov,
+    Dro,
 }
 
 /// Every algorithm, in the order the docs list them.
-pub const ALL: [Algorithm; 8] = [
+pub const ALL: [Algorithm; 18] = [
     Algorithm::Grpo,
     Algorithm::DrGrpo,
     Algorithm::Dapo,
@@ -51,6 +80,16 @@ pub const ALL: [Algorithm; 8] = [
     Algorithm::Ppo,
     Algorithm::Gspo,
     Algorithm::Cispo,
+    Algorithm::Sapo,
+    Algorithm::Gmpo,
+    Algorithm::Gpg,
+    Algorithm::DppoTv,
+    Algorithm::DppoKl,
+    Algorithm::Remax,
+    Algorithm::Opo,
+    Algorithm::ClipCov,
+    Algorithm::KlCov,
+    Algorithm::Dro,
 ];
 
 /// What the checks of a preset see besides its knobs: the shape of a rollout step.
@@ -78,6 +117,16 @@ impl Algorithm {
             Algorithm::Ppo => "ppo",
             Algorithm::Gspo => "gspo",
             Algorithm::Cispo => "cispo",
+            Algorithm::Sapo => "sapo",
+            Algorithm::Gmpo => "geo_mean",
+            Algorithm::Gpg => "gpg",
+            Algorithm::DppoTv => "dppo_tv",
+            Algorithm::DppoKl => "dppo_kl",
+            Algorithm::Remax => "remax",
+            Algorithm::Opo => "opo",
+            Algorithm::ClipCov => "clip_cov",
+            Algorithm::KlCov => "kl_cov",
+            Algorithm::Dro => "dro",
         }
     }
 
@@ -92,6 +141,16 @@ impl Algorithm {
             Algorithm::Ppo => ppo::PRESET,
             Algorithm::Gspo => gspo::PRESET,
             Algorithm::Cispo => cispo::PRESET,
+            Algorithm::Sapo => sapo::PRESET,
+            Algorithm::Gmpo => gmpo::PRESET,
+            Algorithm::Gpg => gpg::PRESET,
+            Algorithm::DppoTv => dppo::PRESET_TV,
+            Algorithm::DppoKl => dppo::PRESET_KL,
+            Algorithm::Remax => remax::PRESET,
+            Algorithm::Opo => opo::PRESET,
+            Algorithm::ClipCov => clip_cov::PRESET,
+            Algorithm::KlCov => kl_cov::PRESET,
+            Algorithm::Dro => dro::PRESET,
         }
     }
 
@@ -106,6 +165,15 @@ impl Algorithm {
             Algorithm::Ppo => ppo::advantage_estimator(knobs),
             Algorithm::Gspo => gspo::advantage_estimator(knobs),
             Algorithm::Cispo => cispo::advantage_estimator(knobs),
+            Algorithm::Sapo => sapo::advantage_estimator(knobs),
+            Algorithm::Gmpo => gmpo::advantage_estimator(knobs),
+            Algorithm::Gpg => gpg::advantage_estimator(knobs),
+            Algorithm::DppoTv | Algorithm::DppoKl => dppo::advantage_estimator(knobs),
+            Algorithm::Remax => remax::advantage_estimator(knobs),
+            Algorithm::Opo => opo::advantage_estimator(knobs),
+            Algorithm::ClipCov => clip_cov::advantage_estimator(knobs),
+            Algorithm::KlCov => kl_cov::advantage_estimator(knobs),
+            Algorithm::Dro => dro::advantage_estimator(knobs),
         }
     }
 
@@ -120,6 +188,16 @@ impl Algorithm {
             Algorithm::Ppo => ppo::policy_loss(knobs),
             Algorithm::Gspo => gspo::policy_loss(knobs),
             Algorithm::Cispo => cispo::policy_loss(knobs),
+            Algorithm::Sapo => sapo::policy_loss(knobs),
+            Algorithm::Gmpo => gmpo::policy_loss(knobs),
+            Algorithm::Gpg => gpg::policy_loss(knobs),
+            Algorithm::DppoTv => dppo::policy_loss(knobs, false),
+            Algorithm::DppoKl => dppo::policy_loss(knobs, true),
+            Algorithm::Remax => remax::policy_loss(knobs),
+            Algorithm::Opo => opo::policy_loss(knobs),
+            Algorithm::ClipCov => clip_cov::policy_loss(knobs),
+            Algorithm::KlCov => kl_cov::policy_loss(knobs),
+            Algorithm::Dro => dro::policy_loss(knobs),
         }
     }
 
@@ -131,14 +209,45 @@ impl Algorithm {
             | Algorithm::Dapo
             | Algorithm::Rloo
             | Algorithm::Gspo
-            | Algorithm::Cispo => true,
-            Algorithm::ReinforcePp | Algorithm::Ppo => false,
+            | Algorithm::Cispo
+            | Algorithm::Sapo
+            | Algorithm::Gmpo
+            | Algorithm::Gpg
+            | Algorithm::DppoTv
+            | Algorithm::DppoKl
+            | Algorithm::Opo
+            | Algorithm::ClipCov
+            | Algorithm::KlCov
+            | Algorithm::Dro => true,
+            Algorithm::ReinforcePp | Algorithm::Ppo | Algorithm::Remax => false,
         }
     }
 
     /// Whether the preset trains the value head (and so needs values in the batch).
     pub fn uses_critic(self) -> bool {
         matches!(self, Algorithm::Ppo)
+    }
+
+    /// Whether the advantage baseline is the reward of a greedy (temperature 0) episode of
+    /// each task, which the trainer samples besides the group (ReMax).
+    pub fn needs_greedy_baseline(self) -> bool {
+        matches!(self, Algorithm::Remax)
+    }
+
+    /// Whether `eps_low` / `eps_high` bound a ratio (or log-ratio) from both sides, so that
+    /// `eps_high < eps_low` is probably a swap. CISPO's bounds are on a weight with a large
+    /// `eps_low`, DPPO's are divergence thresholds, and SAPO, GPG, KL-Cov and DRO read neither.
+    fn clips_the_ratio(self) -> bool {
+        !matches!(
+            self,
+            Algorithm::Cispo
+                | Algorithm::DppoTv
+                | Algorithm::DppoKl
+                | Algorithm::Sapo
+                | Algorithm::Gpg
+                | Algorithm::KlCov
+                | Algorithm::Dro
+        )
     }
 
     /// Checks the knobs: the ones every algorithm shares, then the algorithm's own (in its
@@ -151,9 +260,21 @@ impl Algorithm {
             Algorithm::Rloo => rloo::check(shape, &mut f),
             Algorithm::Ppo => ppo::check(knobs, &mut f),
             Algorithm::Cispo => cispo::check(knobs, &mut f),
-            Algorithm::Grpo | Algorithm::DrGrpo | Algorithm::Dapo | Algorithm::ReinforcePp => {}
+            Algorithm::Sapo => sapo::check(knobs, &mut f),
+            Algorithm::Gmpo => gmpo::check(knobs, &mut f),
+            Algorithm::Gpg => gpg::check(knobs, &mut f),
+            Algorithm::DppoTv | Algorithm::DppoKl => dppo::check(knobs, &mut f),
+            Algorithm::Opo => opo::check(knobs, &mut f),
+            Algorithm::ClipCov => clip_cov::check(knobs, &mut f),
+            Algorithm::KlCov => kl_cov::check(knobs, &mut f),
+            Algorithm::Dro => dro::check(knobs, &mut f),
+            Algorithm::Grpo
+            | Algorithm::DrGrpo
+            | Algorithm::Dapo
+            | Algorithm::ReinforcePp
+            | Algorithm::Remax => {}
         }
-        if self != Algorithm::Cispo && knobs.eps_high < knobs.eps_low {
+        if self.clips_the_ratio() && knobs.eps_high < knobs.eps_low {
             f.errors.push(format!(
                 "algorithm.eps_high ({}) < algorithm.eps_low ({}): clip-higher raises the upper \
                  bound; did you swap them?",
@@ -163,6 +284,18 @@ impl Algorithm {
         f
     }
 }
+
+/// Knobs that only some presets read, and those presets (a user's override of one elsewhere
+/// is reported).
+const PRESET_ONLY_KNOBS: [(&[&str], &[Algorithm]); 4] = [
+    (&["tau_pos", "tau_neg"], &[Algorithm::Sapo]),
+    (
+        &["clip_cov_ratio", "clip_cov_lb", "clip_cov_ub"],
+        &[Algorithm::ClipCov],
+    ),
+    (&["kl_cov_ratio", "ppo_kl_coef"], &[Algorithm::KlCov]),
+    (&["dro_beta"], &[Algorithm::Dro]),
+];
 
 /// Checks that hold for every preset.
 fn common_checks(
@@ -217,6 +350,17 @@ fn common_checks(
         f.errors.push(format!(
             "algorithm.value_coef is set but {name} has no critic; only ppo trains the value head"
         ));
+    }
+    for (keys, readers) in PRESET_ONLY_KNOBS {
+        if !readers.contains(&algorithm) {
+            for key in keys
+                .iter()
+                .filter(|k| overridden.iter().any(|o| o.as_str() == **k))
+            {
+                f.warnings
+                    .push(format!("algorithm.{key} is not read by {name}"));
+            }
+        }
     }
     let gae_knob_set = ["lam", "value_clip"]
         .iter()
@@ -301,5 +445,81 @@ fn common_checks(
 impl std::fmt::Display for Algorithm {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHAPE: StepShape = StepShape {
+        group_size: 8,
+        tasks_per_step: 8,
+    };
+
+    fn named(name: &str) -> Algorithm {
+        Algorithm::deserialize(toml::Value::String(name.into()))
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+    }
+
+    #[test]
+    fn every_name_reads_back_and_verl_spellings_are_accepted() {
+        for algorithm in ALL {
+            assert_eq!(named(algorithm.as_str()), algorithm);
+        }
+        for (alias, algorithm) in [
+            ("gmpo", Algorithm::Gmpo),
+            ("dppo", Algorithm::DppoTv),
+            ("clip-cov", Algorithm::ClipCov),
+            ("kl-cov", Algorithm::KlCov),
+        ] {
+            assert_eq!(named(alias), algorithm);
+        }
+    }
+
+    #[test]
+    fn every_preset_passes_its_own_checks() {
+        for algorithm in ALL {
+            let f = algorithm.check(&algorithm.preset(), SHAPE, &[]);
+            assert!(f.errors.is_empty(), "{algorithm}: {:?}", f.errors);
+        }
+    }
+
+    #[test]
+    fn the_new_knobs_are_checked() {
+        let errors =
+            |algorithm: Algorithm, knobs: Knobs| algorithm.check(&knobs, SHAPE, &[]).errors;
+        let sapo = Knobs {
+            tau_neg: 0.0,
+            ..sapo::PRESET
+        };
+        assert!(errors(Algorithm::Sapo, sapo)[0].contains("tau_neg"));
+        let clip_cov = Knobs {
+            clip_cov_lb: 6.0,
+            ..clip_cov::PRESET
+        };
+        assert!(errors(Algorithm::ClipCov, clip_cov)[0].contains("clip_cov_lb"));
+        // DPPO's bounds are divergence thresholds: an asymmetric pair is no swap.
+        let dppo = Knobs {
+            eps_low: 0.3,
+            ..dppo::PRESET_TV
+        };
+        assert!(errors(Algorithm::DppoTv, dppo).is_empty());
+        // A knob only another preset reads is reported.
+        let f = Algorithm::Grpo.check(&grpo::PRESET, SHAPE, &["tau_pos".to_string()]);
+        assert!(
+            f.warnings.iter().any(|w| w.contains("tau_pos")),
+            "{:?}",
+            f.warnings
+        );
+    }
+
+    #[test]
+    fn only_remax_samples_a_greedy_baseline_and_it_has_no_group_baseline() {
+        for algorithm in ALL {
+            let greedy = algorithm.needs_greedy_baseline();
+            assert_eq!(greedy, algorithm == Algorithm::Remax, "{algorithm}");
+            assert!(!(greedy && algorithm.uses_group_baseline()), "{algorithm}");
+        }
     }
 }

@@ -33,7 +33,7 @@ use crate::algo::{dapo, Algorithm, Knobs};
 use crate::config::{parse_config_file, Config};
 use crate::optim::{AdamW, AdamWParams};
 use crate::schedule::learning_rate;
-use crate::update::{supervised_update, update, UpdateMetrics, UpdateSetup};
+use crate::update::{supervised_update, update_with, BatchExtras, UpdateMetrics, UpdateSetup};
 
 /// TinyAgent behind its action grammar: the policy the RL recipe trains.
 pub type TinyPolicy = ConstrainedPolicy<TinyAgent>;
@@ -44,6 +44,7 @@ const STREAM_ROLLOUT: u64 = 0x726f_6c6c;
 const STREAM_SHUFFLE: u64 = 0x7368_7566;
 const STREAM_EVAL: u64 = 0x6576_616c;
 const STREAM_WARMUP: u64 = 0x7761_726d;
+const STREAM_GREEDY: u64 = 0x6772_6479;
 
 /// A generator for one purpose at one step: SplitMix64 over `(seed, step, purpose)`.
 pub fn stream(seed: u64, step: u64, purpose: u64) -> ChaCha8Rng {
@@ -381,6 +382,7 @@ impl Trainer {
                 break;
             }
         }
+        let baselines = self.greedy_baselines(step, &kept)?;
         let time_rollout_s = started.elapsed().as_secs_f64();
 
         let update_started = Instant::now();
@@ -404,9 +406,13 @@ impl Trainer {
                 grad_clip: self.config.optim.grad_clip,
                 max_len: self.action_budget() as f64,
             };
+            let extras = BatchExtras {
+                reward_baselines: baselines.as_deref(),
+            };
             let mut shuffle = stream(seed, step as u64, STREAM_SHUFFLE);
-            update(
+            update_with(
                 &setup,
+                &extras,
                 &mut self.optimizer,
                 &self.vars,
                 &batch,
@@ -464,6 +470,41 @@ impl Trainer {
             eval: None,
         };
         Ok(record)
+    }
+
+    /// ReMax's baselines ([`Algorithm::needs_greedy_baseline`]): for each kept episode, the
+    /// reward (shaped as the training rewards are) of one greedy (temperature 0) episode of its
+    /// task, sampled with the current policy from its own stream; `None` for other presets.
+    fn greedy_baselines(
+        &self,
+        step: usize,
+        kept: &[(Episode, f32)],
+    ) -> anyhow::Result<Option<Vec<f32>>> {
+        if !self.algorithm.needs_greedy_baseline() || kept.is_empty() {
+            return Ok(None);
+        }
+        let mut tasks: Vec<String> = Vec::new();
+        for (e, _) in kept {
+            if !tasks.contains(&e.task_id) {
+                tasks.push(e.task_id.clone());
+            }
+        }
+        let greedy = SamplingParams {
+            temperature: 0.0,
+            ..self.config.sampling.clone()
+        };
+        let mut rng = stream(self.config.train.seed, step as u64, STREAM_GREEDY);
+        let shuffle = self.config.rollout.shuffle_candidates;
+        let runs = self.sample(&tasks, 1, &greedy, shuffle, &mut rng)?;
+        let mut rewards: Vec<f32> = runs.iter().map(|e| e.reward.score).collect();
+        let lens: Vec<usize> = runs.iter().map(Episode::action_tokens).collect();
+        dapo::shape_rewards(&self.knobs, &mut rewards, &lens, self.action_budget())?;
+        let of_task = |id: &String| tasks.iter().position(|t| t == id).map(|i| rewards[i]);
+        Ok(Some(
+            kept.iter()
+                .filter_map(|(e, _)| of_task(&e.task_id))
+                .collect(),
+        ))
     }
 
     /// Demonstrations for a format warm-up step: for each task of the step, `group_size`
