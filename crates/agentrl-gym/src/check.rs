@@ -147,7 +147,7 @@ impl Value {
                     .join(", ")
             ),
             Value::Other { type_name, repr } => match repr {
-                Some(r) => r.clone(),
+                Some(r) => format!("{r} (a {type_name}, not plain data)"),
                 None => format!("<{type_name}: repr failed>"),
             },
         };

@@ -383,17 +383,6 @@ pub struct CaseVerdict {
     pub time_limited: bool,
 }
 
-#[derive(Debug, Deserialize)]
-struct CaseRecord {
-    value: Option<serde_json::Value>,
-    raises: Option<String>,
-    #[serde(default)]
-    builtin: bool,
-    unencodable: Option<String>,
-    import_error: Option<String>,
-    done: Option<bool>,
-}
-
 /// Compares what one [`HIDDEN_CASE_PROGRAM`] run reported with the case's expectation.
 pub fn score_case(output: &RunOutput, case: &HiddenCase, limits: &Limits) -> CaseVerdict {
     let time_limit = output.time_limit_hit(limits);
@@ -409,27 +398,29 @@ pub fn score_case(output: &RunOutput, case: &HiddenCase, limits: &Limits) -> Cas
     let mut done = false;
     let mut unreadable = false;
     for line in String::from_utf8_lossy(&output.result).lines() {
-        let Ok(record) = serde_json::from_str::<CaseRecord>(line) else {
+        // A map, not a struct: `{"value": null}` (a case that returned None) must stay
+        // distinct from a record without a value.
+        let Ok(record) = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(line)
+        else {
             unreadable = true;
             continue;
         };
-        if let Some(err) = record.import_error {
+        let text = |key: &str| record.get(key).and_then(|v| v.as_str()).map(str::to_string);
+        if let Some(err) = text("import_error") {
             return problem(format!("the modules failed to import: {err}"));
         }
-        if record.done == Some(true) {
+        if record.get("done") == Some(&serde_json::Value::Bool(true)) {
             done = true;
-        } else if let Some(wire) = record.value {
+        } else if let Some(wire) = record.get("value") {
             outcomes.push(
-                Value::from_wire(&wire)
+                Value::from_wire(wire)
                     .map(Actual::Returned)
                     .map_err(|e| format!("unreadable value: {e}")),
             );
-        } else if let Some(name) = record.raises {
-            outcomes.push(Ok(Actual::Raised {
-                name,
-                builtin: record.builtin,
-            }));
-        } else if let Some(why) = record.unencodable {
+        } else if let Some(name) = text("raises") {
+            let builtin = record.get("builtin") == Some(&serde_json::Value::Bool(true));
+            outcomes.push(Ok(Actual::Raised { name, builtin }));
+        } else if let Some(why) = text("unencodable") {
             outcomes.push(Err(format!("the value is not plain data: {why}")));
         }
     }
