@@ -12,7 +12,7 @@ use serde_json::json;
 use crate::env::{BugFixEnv, EnvConfig, OutcomeCache};
 use crate::render::render_text;
 use crate::sandbox::{default_executor, sandbox_info_report};
-use crate::task::{LoadReport, Split, TaskSet};
+use crate::task::{Split, TaskSet};
 use crate::types::{Action, Env, Observation, ToolCall};
 
 /// `--tasks-dir DIR`, shared by every gym command: a folder of task folders instead of the
@@ -29,15 +29,15 @@ impl TasksDirArg {
     }
 
     /// The tasks that load, and every broken one with its reason (see `TaskSet::load_report`).
-    pub fn load_report(&self) -> anyhow::Result<LoadReport> {
+    pub fn load_report(&self) -> anyhow::Result<TaskSet> {
         let dir = self.tasks_dir.clone().unwrap_or_else(TaskSet::builtin_dir);
         Ok(TaskSet::load_report(&dir)?)
     }
 }
 
 /// One line per broken task folder, on stderr: the others go on.
-fn report_broken(report: &LoadReport) {
-    for broken in &report.broken {
+fn report_broken(tasks: &TaskSet) {
+    for broken in tasks.broken() {
         eprintln!("BROKEN {}: {}", broken.dir.display(), broken.error);
     }
 }
@@ -125,9 +125,8 @@ fn run_command(args: GymArgs) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     match args.command {
         GymCommand::List { split, tasks } => {
-            let report = tasks.load_report()?;
-            report_broken(&report);
-            let tasks = report.tasks;
+            let tasks = tasks.load_report()?;
+            report_broken(&tasks);
             let split = split.map(|s| s.parse::<Split>()).transpose()?;
             for task in tasks
                 .tasks()
@@ -177,14 +176,14 @@ fn run_command(args: GymArgs) -> anyhow::Result<()> {
             run_actions(tasks.load()?, &task, &text, &mut stdout)
         }
         GymCommand::Validate { json, tasks } => {
-            let report = tasks.load_report()?;
-            report_broken(&report);
-            let broken: Vec<serde_json::Value> = report
-                .broken
+            let tasks = tasks.load_report()?;
+            report_broken(&tasks);
+            let broken: Vec<serde_json::Value> = tasks
+                .broken()
                 .iter()
                 .map(|b| json!({"dir": b.dir.display().to_string(), "error": b.error.to_string()}))
                 .collect();
-            let tasks = Arc::new(report.tasks);
+            let tasks = Arc::new(tasks);
             let threads = std::thread::available_parallelism()
                 .map_or(2, |n| n.get())
                 .min(8);

@@ -434,10 +434,12 @@ fn is_support_path(path: &str) -> bool {
             .all(|part| !part.is_empty() && part != "." && part != ".." && !part.contains('\\'))
 }
 
-/// A set of tasks, sorted by id.
+/// A set of tasks, sorted by id, and the task folders that failed to load (empty unless the
+/// set comes from [`TaskSet::load_report`]).
 #[derive(Debug, Clone)]
 pub struct TaskSet {
     tasks: Vec<Arc<Task>>,
+    broken: Arc<Vec<BrokenTask>>,
 }
 
 impl TaskSet {
@@ -463,17 +465,27 @@ impl TaskSet {
     /// error, and the error lists every broken task with its reason (see [`Self::load_report`]
     /// to go on with the valid ones).
     pub fn load_dir(dir: &Path) -> Result<TaskSet, TaskError> {
-        let report = Self::load_report(dir)?;
-        if !report.broken.is_empty() {
-            return Err(TaskError::Broken(report.broken));
+        let (tasks, broken) = Self::load_parts(dir)?;
+        if !broken.is_empty() {
+            return Err(TaskError::Broken(broken));
         }
-        Ok(report.tasks)
+        Ok(Self::from_tasks(tasks))
     }
 
-    /// Loads every task folder of `dir` that loads, and reports the others with their reasons:
-    /// one broken task must not hide the rest (`validate`, `list`). Errs only when `dir` cannot
-    /// be read or holds no task folder at all.
-    pub fn load_report(dir: &Path) -> Result<LoadReport, TaskError> {
+    /// Loads every task folder of `dir` that loads, and keeps the others with their reasons
+    /// ([`Self::broken`]): one broken task must not hide the rest (`validate`, `list`, training,
+    /// which refuses only a split that has a broken task: [`Self::split_checked`]). Errs only
+    /// when `dir` cannot be read or holds no task folder at all.
+    pub fn load_report(dir: &Path) -> Result<TaskSet, TaskError> {
+        let (tasks, broken) = Self::load_parts(dir)?;
+        Ok(TaskSet {
+            broken: Arc::new(broken),
+            ..Self::from_tasks(tasks)
+        })
+    }
+
+    /// The tasks that load (unsorted) and the folders that do not.
+    fn load_parts(dir: &Path) -> Result<(Vec<Arc<Task>>, Vec<BrokenTask>), TaskError> {
         let entries = std::fs::read_dir(dir).map_err(|source| TaskError::Io {
             path: dir.to_path_buf(),
             source,
@@ -500,18 +512,40 @@ impl TaskSet {
         if tasks.is_empty() && broken.is_empty() {
             return Err(TaskError::Empty(dir.to_path_buf()));
         }
-        tasks.sort_by(|a, b| a.id.cmp(&b.id));
         broken.sort_by(|a, b| a.dir.cmp(&b.dir));
-        Ok(LoadReport {
-            tasks: TaskSet { tasks },
-            broken,
-        })
+        Ok((tasks, broken))
     }
 
     /// A set of already loaded tasks (e.g. the valid subset of another set), sorted by id.
     pub fn from_tasks(mut tasks: Vec<Arc<Task>>) -> TaskSet {
         tasks.sort_by(|a, b| a.id.cmp(&b.id));
-        TaskSet { tasks }
+        TaskSet {
+            tasks,
+            broken: Arc::default(),
+        }
+    }
+
+    /// The task folders that failed to load, each with its reason.
+    pub fn broken(&self) -> &[BrokenTask] {
+        &self.broken
+    }
+
+    /// The tasks of `split`, refused when a broken task belongs to it (or declares no readable
+    /// split): training or evaluating on a silently shrunken split would skew every number it
+    /// reports.
+    pub fn split_checked(&self, split: Split) -> Result<Vec<Arc<Task>>, TaskError> {
+        let broken: Vec<&BrokenTask> = self
+            .broken
+            .iter()
+            .filter(|b| b.split.is_none_or(|s| s == split))
+            .collect();
+        if !broken.is_empty() {
+            return Err(TaskError::BrokenSplit {
+                split,
+                reasons: broken.iter().map(|b| b.error.to_string()).collect(),
+            });
+        }
+        Ok(self.split(split))
     }
 
     pub fn tasks(&self) -> &[Arc<Task>] {
@@ -552,32 +586,6 @@ pub struct BrokenTask {
     /// The split its `task.toml` declares, when that much can be read.
     pub split: Option<Split>,
     pub error: TaskError,
-}
-
-/// What [`TaskSet::load_report`] found: the tasks that loaded, and the broken ones.
-#[derive(Debug)]
-pub struct LoadReport {
-    pub tasks: TaskSet,
-    pub broken: Vec<BrokenTask>,
-}
-
-impl LoadReport {
-    /// The tasks of `split`, refused when a broken task belongs to it (or declares no readable
-    /// split): training on a silently shrunken split would skew every number it reports.
-    pub fn split_checked(&self, split: Split) -> Result<Vec<Arc<Task>>, TaskError> {
-        let broken: Vec<&BrokenTask> = self
-            .broken
-            .iter()
-            .filter(|b| b.split.is_none_or(|s| s == split))
-            .collect();
-        if !broken.is_empty() {
-            return Err(TaskError::BrokenSplit {
-                split,
-                reasons: broken.iter().map(|b| b.error.to_string()).collect(),
-            });
-        }
-        Ok(self.tasks.split(split))
-    }
 }
 
 /// The `split` field of a task folder's `task.toml`, read leniently.

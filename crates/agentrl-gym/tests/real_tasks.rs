@@ -511,13 +511,17 @@ fn broken_task_folders_are_all_reported_and_symlinks_out_are_refused() {
     );
 
     let report = TaskSet::load_report(root.path()).unwrap();
-    let loaded: Vec<&str> = report.tasks.tasks().iter().map(|t| t.id.as_str()).collect();
+    let loaded: Vec<&str> = report.tasks().iter().map(|t| t.id.as_str()).collect();
     assert_eq!(
         loaded,
         ["shop-pkg-000", "slots-hang-000", "summary-free-000"]
     );
-    assert_eq!(report.broken.len(), 3, "{:?}", report.broken);
-    let reasons: Vec<String> = report.broken.iter().map(|b| b.error.to_string()).collect();
+    assert_eq!(report.broken().len(), 3, "{:?}", report.broken());
+    let reasons: Vec<String> = report
+        .broken()
+        .iter()
+        .map(|b| b.error.to_string())
+        .collect();
     assert!(
         reasons[0].contains("hidden.json") && reasons[0].contains("roughly"),
         "{reasons:?}"
