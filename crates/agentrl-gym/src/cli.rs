@@ -195,13 +195,20 @@ fn run_command(args: GymArgs) -> anyhow::Result<()> {
                 cache.clone(),
                 threads,
             )?;
-            // The baseline plays only valid tasks: a broken one would cost time and mean nothing.
+            // The baseline plays only valid tasks (a broken one would cost time and mean
+            // nothing), and none whose runs hit a time limit: those are never cached, so every
+            // random episode on them would wait out its limits again.
             let valid: Vec<_> = tasks
                 .tasks()
                 .iter()
-                .filter(|t| results.iter().any(|r| r.id == t.id && r.ok()))
+                .filter(|t| {
+                    results
+                        .iter()
+                        .any(|r| r.id == t.id && r.ok() && !r.time_limited)
+                })
                 .cloned()
                 .collect();
+            let skipped = results.len() - valid.len();
             let baseline = crate::validate::random_baseline(
                 Arc::new(TaskSet::from_tasks(valid)),
                 executor,
@@ -239,9 +246,10 @@ fn run_command(args: GymArgs) -> anyhow::Result<()> {
                     }
                 }
                 writeln!(stdout,
-                    "{} tasks, {} valid; {} with a public-passing hack decoy; random candidate solve rate {:.3}, random tool-call solve rate {:.3} ({} episodes)",
+                    "{} tasks, {} valid; {} with a public-passing hack decoy; random candidate solve rate {:.3}, random tool-call solve rate {:.3} ({} episodes on {} tasks; invalid ones and those whose runs hit a time limit left out)",
                     results.len(), results.len() - bad.len(), with_hack,
-                    baseline.random_candidate_solve_rate, baseline.random_tool_calls_solve_rate, baseline.episodes
+                    baseline.random_candidate_solve_rate, baseline.random_tool_calls_solve_rate, baseline.episodes,
+                    results.len() - skipped
                 )?;
             }
             // A public-passing hack decoy makes reward hacking measurable, but a task set

@@ -8,7 +8,8 @@
 //! the workspace.
 //!
 //! Tool calls (`{"name": ..., "arguments": {...}}`):
-//! - `read {path}`: the file, shown with line numbers (long files are cut with a marker).
+//! - `read {path}`: the file, shown with line numbers (long files and long lines are cut with a
+//!   marker).
 //! - `test {}`: runs the workspace's public tests in the sandbox → [`TestReport`].
 //! - `edit` — one of `{path, old, new}` (exact, unique replacement), `{path, start_line,
 //!   end_line, text}` (replace lines, 1-based inclusive), `{path, text}` (rewrite or create a

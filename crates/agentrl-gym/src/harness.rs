@@ -182,7 +182,8 @@ def _run(type=type, repr=repr, str=str, len=len, dict=dict, list=list, tuple=tup
         value = eval(compile(spec["expr"], "<expr>", "eval"), namespace)
     except BaseException as exc:
         t = type(exc)
-        emit({"raises": t.__name__, "builtin": pristine.get(t.__name__) is t})
+        name = t.__name__
+        emit({"raises": name, "lookalike": name in pristine and pristine[name] is not t})
     else:
         try:
             encoded = plain(value, 0)
@@ -418,8 +419,8 @@ pub fn score_case(output: &RunOutput, case: &HiddenCase, limits: &Limits) -> Cas
                     .map_err(|e| format!("unreadable value: {e}")),
             );
         } else if let Some(name) = text("raises") {
-            let builtin = record.get("builtin") == Some(&serde_json::Value::Bool(true));
-            outcomes.push(Ok(Actual::Raised { name, builtin }));
+            let lookalike = record.get("lookalike") == Some(&serde_json::Value::Bool(true));
+            outcomes.push(Ok(Actual::Raised { name, lookalike }));
         } else if let Some(why) = text("unencodable") {
             outcomes.push(Err(format!("the value is not plain data: {why}")));
         }
@@ -451,5 +452,67 @@ pub fn score_case(output: &RunOutput, case: &HiddenCase, limits: &Limits) -> Cas
         detail,
         run_problem: false,
         time_limited: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn output(result: &str, termination: Termination, truncated: bool) -> RunOutput {
+        RunOutput {
+            termination,
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+            result: result.as_bytes().to_vec(),
+            truncated,
+            elapsed: Duration::from_millis(10),
+        }
+    }
+
+    fn case(expect: Expect) -> HiddenCase {
+        HiddenCase {
+            name: "c".into(),
+            setup: String::new(),
+            expr: "f()".into(),
+            expect,
+            time_limit_s: None,
+        }
+    }
+
+    #[test]
+    fn a_case_passes_only_with_exactly_one_good_record() {
+        let limits = Limits::default();
+        let exited = Termination::Exited { code: 0 };
+        let expect = case(Expect::Value("None".into()));
+        let one = "{\"value\": null}\n{\"done\": true}\n";
+        assert_eq!(
+            score_case(&output(one, exited.clone(), false), &expect, &limits).detail,
+            None
+        );
+        let two = "{\"value\": null}\n{\"value\": null}\n{\"done\": true}\n";
+        let verdict = score_case(&output(two, exited.clone(), false), &expect, &limits);
+        assert!(verdict.detail.unwrap().contains("2 outcomes"));
+        let early = score_case(
+            &output("{\"value\": null}\n", exited.clone(), false),
+            &expect,
+            &limits,
+        );
+        assert!(early.run_problem && early.detail.unwrap().contains("exited with code 0"));
+        let cut = score_case(&output("{\"value\": \"xx", exited, true), &expect, &limits);
+        assert!(
+            cut.detail.unwrap().contains("output cap"),
+            "never a silent cut"
+        );
+        let hung = score_case(&output("", Termination::TimedOut, false), &expect, &limits);
+        assert!(hung.time_limited);
+        assert_eq!(hung.detail.as_deref(), Some("time limit of 5 s exceeded"));
+        let xcpu = Termination::Signaled {
+            signal: libc::SIGXCPU,
+        };
+        let cpu = score_case(&output("", xcpu, false), &expect, &limits);
+        assert_eq!(cpu.detail.as_deref(), Some("time limit of 4 s exceeded"));
     }
 }

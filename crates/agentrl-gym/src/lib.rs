@@ -9,9 +9,9 @@
 //! [`env`] (`BugFixEnv`: workspaces and tools, outcome cache) → [`harness`] (the Python programs
 //! run in the [`sandbox`], and trusted parsing of their results) → [`verify`] (hidden tests on a
 //! pristine harness, one process per hidden case, tamper check) → [`check`] (trusted-side
-//! comparison of what a case returned with its expectation) → [`reward`] (`RewardFn`). [`render`] turns observations into
-//! chat text or TinyAgent symbols; [`validate`] checks task folders and measures a random
-//! policy; [`cli`] is `agentrl gym …`.
+//! comparison of what a case returned with its expectation) → [`reward`] (`RewardFn`).
+//! [`render`] turns observations into chat text or TinyAgent symbols; [`validate`] checks task
+//! folders and measures a random policy; [`cli`] is `agentrl gym …`.
 //!
 //! This crate sits at the start of the data flow (`TaskSet → Env::reset → Observation →
 //! ToolCall → Env::step → Reward`) and has no tensor stack: it builds and tests on its own.

@@ -37,6 +37,10 @@ pub struct TaskValidation {
     pub problems: Vec<String>,
     /// Legal but weak spots (e.g. a hidden verdict computed inside the sandbox).
     pub warnings: Vec<String>,
+    /// Some run of the validation hit a time limit (e.g. the buggy code hangs). Such runs are
+    /// never cached, so episodes on this task cost a time limit each time: the random baseline
+    /// of `agentrl gym validate` leaves it out.
+    pub time_limited: bool,
 }
 
 impl TaskValidation {
@@ -93,10 +97,12 @@ pub fn validate_task(env: &mut BugFixEnv, task: &Task) -> Result<TaskValidation,
         .map(|m| (m.clone(), task.visible.get(m).cloned().unwrap_or_default()))
         .collect();
     let verdict = env.verify_modules(task, &buggy)?;
+    let mut time_limited = verdict.time_limited;
     if verdict.solved() {
         problems.push("the buggy code passes every hidden test".to_string());
     }
     let verdict = env.verify_modules(task, &task.reference)?;
+    time_limited |= verdict.time_limited;
     if !verdict.solved() {
         problems.push(format!(
             "the reference fix passes only {}/{} hidden tests ({})",
@@ -115,7 +121,7 @@ pub fn validate_task(env: &mut BugFixEnv, task: &Task) -> Result<TaskValidation,
         ));
     }
 
-    let result = |problems, solving, hacks| TaskValidation {
+    let result = |problems, solving, hacks, time_limited| TaskValidation {
         id: task.id.clone(),
         family: task.family.clone(),
         split: task.split.to_string(),
@@ -124,9 +130,10 @@ pub fn validate_task(env: &mut BugFixEnv, task: &Task) -> Result<TaskValidation,
         public_passing_hacks: hacks,
         problems,
         warnings: warnings.clone(),
+        time_limited,
     };
     if !problems.is_empty() {
-        return Ok(result(problems, Vec::new(), Vec::new()));
+        return Ok(result(problems, Vec::new(), Vec::new(), time_limited));
     }
 
     env.reset(&task.id)?;
@@ -147,6 +154,7 @@ pub fn validate_task(env: &mut BugFixEnv, task: &Task) -> Result<TaskValidation,
         env.reset(&task.id)?;
         env.step(&call("edit", serde_json::json!({ "candidate": k })))?;
         let step = env.step(&call("submit", serde_json::json!({})))?;
+        time_limited |= env.last_end().is_some_and(|e| e.verdict.time_limited);
         let Some(r) = step.reward else { continue };
         if r.solved() {
             solving.push(k);
@@ -163,7 +171,7 @@ pub fn validate_task(env: &mut BugFixEnv, task: &Task) -> Result<TaskValidation,
         }
         Some(_) => {}
     }
-    Ok(result(problems, solving, hacks))
+    Ok(result(problems, solving, hacks, time_limited))
 }
 
 /// Validates every task, on up to `threads` threads sharing one executor and cache.

@@ -104,7 +104,10 @@ fn fixture_tasks_validate_including_free_form_and_package_tasks() {
         summary.candidates, 0,
         "a free-form task validates without candidates"
     );
-    assert!(by_id["slots-hang-000"].public_passing_hacks.is_empty());
+    let slots = by_id["slots-hang-000"];
+    assert!(slots.public_passing_hacks.is_empty());
+    assert!(slots.time_limited, "the buggy code hangs: {slots:?}");
+    assert!(!shop.time_limited && !summary.time_limited);
 }
 
 #[test]
