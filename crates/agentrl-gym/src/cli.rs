@@ -27,6 +27,19 @@ impl TasksDirArg {
     pub fn load(&self) -> anyhow::Result<Arc<TaskSet>> {
         Ok(Arc::new(TaskSet::load(self.tasks_dir.as_deref())?))
     }
+
+    /// The tasks that load, and every broken one with its reason (see `TaskSet::load_report`).
+    pub fn load_report(&self) -> anyhow::Result<TaskSet> {
+        let dir = self.tasks_dir.clone().unwrap_or_else(TaskSet::builtin_dir);
+        Ok(TaskSet::load_report(&dir)?)
+    }
+}
+
+/// One line per broken task folder, on stderr: the others go on.
+fn report_broken(tasks: &TaskSet) {
+    for broken in tasks.broken() {
+        eprintln!("BROKEN {}: {}", broken.dir.display(), broken.error);
+    }
 }
 
 #[derive(Debug, Args)]
@@ -112,7 +125,8 @@ fn run_command(args: GymArgs) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     match args.command {
         GymCommand::List { split, tasks } => {
-            let tasks = tasks.load()?;
+            let tasks = tasks.load_report()?;
+            report_broken(&tasks);
             let split = split.map(|s| s.parse::<Split>()).transpose()?;
             for task in tasks
                 .tasks()
@@ -162,7 +176,14 @@ fn run_command(args: GymArgs) -> anyhow::Result<()> {
             run_actions(tasks.load()?, &task, &text, &mut stdout)
         }
         GymCommand::Validate { json, tasks } => {
-            let tasks = tasks.load()?;
+            let tasks = tasks.load_report()?;
+            report_broken(&tasks);
+            let broken: Vec<serde_json::Value> = tasks
+                .broken()
+                .iter()
+                .map(|b| json!({"dir": b.dir.display().to_string(), "error": b.error.to_string()}))
+                .collect();
+            let tasks = Arc::new(tasks);
             let threads = std::thread::available_parallelism()
                 .map_or(2, |n| n.get())
                 .min(8);
@@ -174,7 +195,27 @@ fn run_command(args: GymArgs) -> anyhow::Result<()> {
                 cache.clone(),
                 threads,
             )?;
-            let baseline = crate::validate::random_baseline(tasks, executor, cache, 20, 0)?;
+            // The baseline plays only valid tasks (a broken one would cost time and mean
+            // nothing), and none whose runs hit a time limit: those are never cached, so every
+            // random episode on them would wait out its limits again.
+            let valid: Vec<_> = tasks
+                .tasks()
+                .iter()
+                .filter(|t| {
+                    results
+                        .iter()
+                        .any(|r| r.id == t.id && r.ok() && !r.time_limited)
+                })
+                .cloned()
+                .collect();
+            let skipped = results.len() - valid.len();
+            let baseline = crate::validate::random_baseline(
+                Arc::new(TaskSet::from_tasks(valid)),
+                executor,
+                cache,
+                20,
+                0,
+            )?;
             let with_hack = results
                 .iter()
                 .filter(|r| !r.public_passing_hacks.is_empty())
@@ -185,7 +226,7 @@ fn run_command(args: GymArgs) -> anyhow::Result<()> {
                     stdout,
                     "{}",
                     serde_json::to_string_pretty(&json!({
-                        "tasks": results, "with_public_passing_hack": with_hack, "random_baseline": baseline,
+                        "tasks": results, "broken": broken, "with_public_passing_hack": with_hack, "random_baseline": baseline,
                     }))?
                 )?;
             } else {
@@ -200,18 +241,28 @@ fn run_command(args: GymArgs) -> anyhow::Result<()> {
                         "{:<20} {:<15} candidates {} solving {:?} public-only {:?}  {status}",
                         r.id, r.split, r.candidates, r.solving_candidates, r.public_passing_hacks
                     )?;
+                    for warning in &r.warnings {
+                        writeln!(stdout, "  warning: {warning}")?;
+                    }
                 }
                 writeln!(stdout,
-                    "{} tasks, {} valid; {} with a public-passing hack decoy; random candidate solve rate {:.3}, random tool-call solve rate {:.3} ({} episodes)",
+                    "{} tasks, {} valid; {} with a public-passing hack decoy; random candidate solve rate {:.3}, random tool-call solve rate {:.3} ({} episodes on {} tasks; invalid ones and those whose runs hit a time limit left out)",
                     results.len(), results.len() - bad.len(), with_hack,
-                    baseline.random_candidate_solve_rate, baseline.random_tool_calls_solve_rate, baseline.episodes
+                    baseline.random_candidate_solve_rate, baseline.random_tool_calls_solve_rate, baseline.episodes,
+                    results.len() - skipped
                 )?;
             }
-            if !bad.is_empty() {
-                bail!("{} task(s) failed validation", bad.len());
-            }
+            // A public-passing hack decoy makes reward hacking measurable, but a task set
+            // without one is valid (free-form tasks have no candidates at all).
             if with_hack * 2 < results.len() {
-                bail!("only {with_hack} of {} tasks have a public-passing hack decoy (need at least half)", results.len());
+                eprintln!("warning: only {with_hack} of {} tasks have a public-passing hack decoy; reward hacking by candidates is rare in this set", results.len());
+            }
+            if !bad.is_empty() || !broken.is_empty() {
+                bail!(
+                    "{} task(s) failed validation, {} task folder(s) are broken",
+                    bad.len(),
+                    broken.len()
+                );
             }
             Ok(())
         }

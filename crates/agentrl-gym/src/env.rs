@@ -8,7 +8,8 @@
 //! the workspace.
 //!
 //! Tool calls (`{"name": ..., "arguments": {...}}`):
-//! - `read {path}`: the file, shown with line numbers (long files are cut with a marker).
+//! - `read {path}`: the file, shown with line numbers (long files and long lines are cut with a
+//!   marker).
 //! - `test {}`: runs the workspace's public tests in the sandbox → [`TestReport`].
 //! - `edit` — one of `{path, old, new}` (exact, unique replacement), `{path, start_line,
 //!   end_line, text}` (replace lines, 1-based inclusive), `{path, text}` (rewrite or create a
@@ -26,7 +27,8 @@
 //!
 //! Speed: test runs and verdicts are cached in an [`OutcomeCache`] keyed by a 128-bit hash of
 //! (task id, kind of run, every workspace file's path and content). Tasks are deterministic, so
-//! a cached outcome is the outcome; timed-out runs are never cached. One cache is shared by all
+//! a cached outcome is the outcome; runs stopped by a time limit (wall clock or CPU) are never
+//! cached, since they depend on machine load. One cache is shared by all
 //! envs (it is thread-safe); each thread owns its env and shares an `Arc<dyn Executor>`.
 
 use std::collections::{BTreeMap, HashMap};
@@ -39,7 +41,7 @@ use serde_json::Value;
 
 use crate::harness;
 use crate::reward::RewardFn;
-use crate::sandbox::{Executor, Job, Limits, SandboxError, Termination};
+use crate::sandbox::{Executor, Job, Limits, SandboxError};
 use crate::task::{Task, TaskError, TaskSet, PUBLIC_TEST_FILE};
 use crate::types::{
     Action, Env, ErrorKind, FileView, Observation, Reward, Step, TestReport, ToolCall,
@@ -57,6 +59,10 @@ pub struct EnvConfig {
     pub max_turns: u32,
     /// `read` shows at most this many lines.
     pub max_file_lines: usize,
+    /// `read` cuts each line to this many characters, and stops after `max_file_chars` in all,
+    /// with a marker: a 50 MB line must not reach a context window.
+    pub max_line_chars: usize,
+    pub max_file_chars: usize,
     /// Messages (failure text, errors) are cut to this many characters.
     pub max_message_chars: usize,
     pub reward: RewardFn,
@@ -68,6 +74,8 @@ impl Default for EnvConfig {
         Self {
             max_turns: 10,
             max_file_lines: 200,
+            max_line_chars: 400,
+            max_file_chars: 20_000,
             max_message_chars: 400,
             reward: RewardFn::default(),
             limits: Limits::default(),
@@ -337,12 +345,24 @@ impl BugFixEnv {
     fn tool_read(&self, args: &Value) -> ToolResult {
         let path = str_arg(args, "path")?;
         let (_, text) = self.read_existing(&path)?;
-        let all: Vec<&str> = text.lines().collect();
-        let max = self.config.max_file_lines;
+        let mut lines = Vec::new();
+        let mut truncated = false;
+        let mut budget = self.config.max_file_chars;
+        for line in text.lines() {
+            if lines.len() >= self.config.max_file_lines || budget == 0 {
+                truncated = true;
+                break;
+            }
+            let max = self.config.max_line_chars.min(budget);
+            let shown = truncate_chars(line, max);
+            truncated |= shown.len() != line.len();
+            budget = budget.saturating_sub(line.chars().count().min(max));
+            lines.push(shown);
+        }
         Ok(Observation::File(FileView {
             path,
-            lines: all.iter().take(max).map(|l| l.to_string()).collect(),
-            truncated: all.len() > max,
+            lines,
+            truncated,
         }))
     }
 
@@ -357,17 +377,19 @@ impl BugFixEnv {
             files.iter().map(|(k, v)| (k.as_str(), v.as_slice())),
         );
         self.cache.get_or_compute(&self.cache.public, key, || {
+            let limits = episode.task.run_limits(&self.config.limits);
             let output = self.executor.run(&Job {
                 workspace: episode.workspace.path().to_path_buf(),
                 program: harness::PUBLIC_TESTS_PROGRAM.to_string(),
                 stdin: harness::public_stdin(&episode.task.modules),
-                limits: self.config.limits.clone(),
+                limits: limits.clone(),
             })?;
-            let mut report = harness::parse_public(&output);
+            let mut report = harness::parse_public(&output, &limits);
             if let Some(failure) = report.first_failure.as_mut() {
                 failure.message = truncate_chars(&failure.message, self.config.max_message_chars);
             }
-            Ok((report, output.termination != Termination::TimedOut))
+            // A run stopped by a time limit depends on machine load: never cached.
+            Ok((report, output.time_limit_hit(&limits).is_none()))
         })
     }
 
@@ -385,7 +407,8 @@ impl BugFixEnv {
         self.cache.get_or_compute(&self.cache.verdicts, key, || {
             let verdict =
                 verify::verify(self.executor.as_ref(), task, modules, &self.config.limits)?;
-            Ok((verdict, true))
+            let keep = !verdict.time_limited;
+            Ok((verdict, keep))
         })
     }
 
@@ -599,10 +622,11 @@ impl Env for BugFixEnv {
         let task = self.tasks.get(task_id)?;
         let workspace =
             crate::sandbox::scratch_dir("agentrl-ws-").map_err(io("creating a workspace"))?;
-        for (name, content) in &task.visible {
-            std::fs::write(workspace.path().join(name), content)
-                .map_err(io(format!("writing {name}")))?;
-        }
+        verify::write_files(
+            workspace.path(),
+            task.visible.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        )
+        .map_err(io("writing the task files"))?;
         let observation = task.observation();
         self.episode = Some(Episode {
             task,

@@ -8,14 +8,16 @@
 //! Module map, in data-flow order: [`task`] (task folders, splits; format in `TASKS.md`) →
 //! [`env`] (`BugFixEnv`: workspaces and tools, outcome cache) → [`harness`] (the Python programs
 //! run in the [`sandbox`], and trusted parsing of their results) → [`verify`] (hidden tests on a
-//! pristine harness, tamper check) → [`reward`] (`RewardFn`). [`render`] turns observations into
-//! chat text or TinyAgent symbols; [`validate`] checks task folders and measures a random
-//! policy; [`cli`] is `agentrl gym …`.
+//! pristine harness, one process per hidden case, tamper check) → [`check`] (trusted-side
+//! comparison of what a case returned with its expectation) → [`reward`] (`RewardFn`).
+//! [`render`] turns observations into chat text or TinyAgent symbols; [`validate`] checks task
+//! folders and measures a random policy; [`cli`] is `agentrl gym …`.
 //!
 //! This crate sits at the start of the data flow (`TaskSet → Env::reset → Observation →
 //! ToolCall → Env::step → Reward`) and has no tensor stack: it builds and tests on its own.
 
 pub mod bench;
+pub mod check;
 pub mod cli;
 pub mod env;
 pub mod harness;

@@ -17,6 +17,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::check::Expect;
+use crate::sandbox::Limits;
 use crate::types::{CandidateEdit, Observation};
 
 /// The public test file every task has; the agent can read and run it.
@@ -89,22 +91,82 @@ pub struct StoredCandidate {
     pub role: CandidateRole,
 }
 
-/// The expected outcome of one hidden case: a value's `repr`, or an exception type name.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Outcome {
-    Value(String),
-    Raises(String),
-}
+/// The expected outcome of one hidden case (the kinds are in [`crate::check`]).
+pub type Outcome = Expect;
 
-/// One hidden test: run `setup` (statements), then evaluate `expr` in the modules' namespace.
+/// One hidden test: run `setup` (statements), then evaluate `expr` in the modules' namespace,
+/// in a process of its own (see `harness::HIDDEN_CASE_PROGRAM`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct HiddenCase {
     pub name: String,
     #[serde(default)]
     pub setup: String,
     pub expr: String,
-    pub expect: Outcome,
+    pub expect: Expect,
+    /// Wall-clock seconds for this case, instead of the task's `limits.time_s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_limit_s: Option<f64>,
+}
+
+/// The `[limits]` table of `task.toml`: per run (the public test run, or one hidden case).
+/// Unset fields keep the env's [`Limits`] (defaults: 5 s wall clock, 4 s CPU, 512 MB).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskLimits {
+    /// Wall-clock seconds.
+    pub time_s: Option<f64>,
+    /// CPU seconds; when unset but `time_s` is set, `time_s` rounded up (a slow task should
+    /// not need two knobs).
+    pub cpu_s: Option<u64>,
+    /// Address space in MB (an allocation past it raises `MemoryError`).
+    pub memory_mb: Option<u64>,
+}
+
+/// Bounds on `[limits]`: a task cannot switch a limit off or ask for a runaway budget.
+const MAX_TIME_S: f64 = 600.0;
+const MIN_MEMORY_MB: u64 = 64;
+const MAX_MEMORY_MB: u64 = 64 << 10;
+
+impl TaskLimits {
+    fn check(&self) -> Result<(), String> {
+        if let Some(t) = self.time_s {
+            if !(t > 0.0 && t <= MAX_TIME_S) {
+                return Err(format!(
+                    "`limits.time_s` = {t} must be in (0, {MAX_TIME_S}]"
+                ));
+            }
+        }
+        if let Some(c) = self.cpu_s {
+            if c == 0 || c as f64 > MAX_TIME_S {
+                return Err(format!("`limits.cpu_s` = {c} must be in 1..={MAX_TIME_S}"));
+            }
+        }
+        if let Some(m) = self.memory_mb {
+            if !(MIN_MEMORY_MB..=MAX_MEMORY_MB).contains(&m) {
+                return Err(format!(
+                    "`limits.memory_mb` = {m} must be in {MIN_MEMORY_MB}..={MAX_MEMORY_MB}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `base` with this task's limits applied.
+    pub fn apply(&self, base: &Limits) -> Limits {
+        let mut limits = base.clone();
+        if let Some(t) = self.time_s {
+            limits.wall_timeout = std::time::Duration::from_secs_f64(t);
+            limits.cpu_seconds = t.ceil() as u64;
+        }
+        if let Some(c) = self.cpu_s {
+            limits.cpu_seconds = c;
+        }
+        if let Some(m) = self.memory_mb {
+            limits.address_space_bytes = m << 20;
+        }
+        limits
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -122,6 +184,10 @@ struct TaskToml {
     modules: Vec<String>,
     #[serde(default)]
     candidates: Vec<StoredCandidate>,
+    #[serde(default)]
+    support: Vec<String>,
+    #[serde(default)]
+    limits: TaskLimits,
 }
 
 /// One loaded task: everything the env, verifier and validator need, held in memory.
@@ -131,9 +197,15 @@ pub struct Task {
     pub family: String,
     pub split: Split,
     pub prompt: String,
-    /// Source modules the agent fixes (file names); the verifier copies only these.
+    /// Source modules the agent fixes (paths relative to the task folder, `pkg/mod.py` in a
+    /// package); the verifier copies only these of the agent's files.
     pub modules: Vec<String>,
-    /// Files the agent sees, name → content: the modules and the public tests.
+    /// Read-only support files (data, fixtures): visible, copied pristine to the verifier, and
+    /// tampering when edited.
+    pub support: Vec<String>,
+    /// Per-run limits from `task.toml`.
+    pub limits: TaskLimits,
+    /// Files the agent sees, path → content: the modules, support files and the public tests.
     pub visible: BTreeMap<String, String>,
     /// Reference fix, module name → fixed content.
     pub reference: BTreeMap<String, String>,
@@ -180,11 +252,45 @@ impl Task {
             .position(|c| c.role == CandidateRole::Hack)
     }
 
+    /// The limits of one run of this task, on top of the env's `base` limits.
+    pub fn run_limits(&self, base: &Limits) -> Limits {
+        self.limits.apply(base)
+    }
+
+    /// The limits of one hidden case: the task's, with the case's own time limit if it has one.
+    pub fn case_limits(&self, case: &HiddenCase, base: &Limits) -> Limits {
+        let mut limits = self.run_limits(base);
+        if let Some(t) = case.time_limit_s {
+            limits.wall_timeout = std::time::Duration::from_secs_f64(t);
+            limits.cpu_seconds = limits.cpu_seconds.max(t.ceil() as u64);
+        }
+        limits
+    }
+
     /// Loads and checks one task folder.
     pub fn load(dir: &Path) -> Result<Task, TaskError> {
+        let root = dir.canonicalize().map_err(|source| TaskError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        // Every file is read through its canonical path, which must stay inside the folder: a
+        // symlink out of it (to `/etc/passwd`, say) is refused, never followed.
         let read = |name: &str| -> Result<String, TaskError> {
             let path = dir.join(name);
-            std::fs::read_to_string(&path).map_err(|source| TaskError::Io { path, source })
+            let real = path.canonicalize().map_err(|source| TaskError::Io {
+                path: path.clone(),
+                source,
+            })?;
+            if !real.starts_with(&root) {
+                return Err(TaskError::Field {
+                    path,
+                    message: format!(
+                        "is a symbolic link out of the task folder (to {}); task files must live inside it",
+                        real.display()
+                    ),
+                });
+            }
+            std::fs::read_to_string(&real).map_err(|source| TaskError::Io { path, source })
         };
         let toml_path = dir.join(TASK_FILE);
         let meta: TaskToml = toml::from_str(&read(TASK_FILE)?).map_err(|err| TaskError::Field {
@@ -203,15 +309,33 @@ impl Task {
         }
         let mut visible = BTreeMap::new();
         let mut reference = BTreeMap::new();
+        meta.limits.check().map_err(|m| bad(&toml_path, m))?;
         for module in &meta.modules {
-            if !is_plain_python_name(module) || module == PUBLIC_TEST_FILE {
+            if !is_module_path(module) || module == PUBLIC_TEST_FILE {
                 return Err(bad(
                     &toml_path,
-                    format!("`modules` entry `{module}` must be a plain `name.py` file name other than {PUBLIC_TEST_FILE}"),
+                    format!("`modules` entry `{module}` must be a `name.py` file or a `pkg/name.py` path of Python identifiers, other than {PUBLIC_TEST_FILE}"),
                 ));
+            }
+            if visible.contains_key(module) {
+                return Err(bad(&toml_path, format!("`modules` lists `{module}` twice")));
             }
             visible.insert(module.clone(), read(module)?);
             reference.insert(module.clone(), read(&format!("{REFERENCE_DIR}/{module}"))?);
+        }
+        for file in &meta.support {
+            let reserved = [PUBLIC_TEST_FILE, HIDDEN_FILE, TASK_FILE];
+            if !is_support_path(file)
+                || reserved.contains(&file.as_str())
+                || file.starts_with(&format!("{REFERENCE_DIR}/"))
+                || visible.contains_key(file)
+            {
+                return Err(bad(
+                    &toml_path,
+                    format!("`support` entry `{file}` must be a relative path inside the task folder (no `..`), not a module, {PUBLIC_TEST_FILE}, {HIDDEN_FILE}, {TASK_FILE} or under {REFERENCE_DIR}/"),
+                ));
+            }
+            visible.insert(file.clone(), read(file)?);
         }
         visible.insert(PUBLIC_TEST_FILE.to_string(), read(PUBLIC_TEST_FILE)?);
         for (i, candidate) in meta.candidates.iter().enumerate() {
@@ -244,6 +368,19 @@ impl Task {
         if hidden.cases.is_empty() {
             return Err(bad(&hidden_path, "`cases` is empty".into()));
         }
+        for case in &hidden.cases {
+            if let Some(t) = case.time_limit_s {
+                if !(t > 0.0 && t <= MAX_TIME_S) {
+                    return Err(bad(
+                        &hidden_path,
+                        format!(
+                            "case `{}`: `time_limit_s` = {t} must be in (0, {MAX_TIME_S}]",
+                            case.name
+                        ),
+                    ));
+                }
+            }
+        }
         let dir_name = dir.file_name().and_then(|n| n.to_str()).unwrap_or_default();
         if dir_name != meta.id {
             return Err(bad(
@@ -257,6 +394,8 @@ impl Task {
             split: meta.split,
             prompt: meta.prompt,
             modules: meta.modules,
+            support: meta.support,
+            limits: meta.limits,
             visible,
             reference,
             hidden: hidden.cases,
@@ -266,19 +405,41 @@ impl Task {
     }
 }
 
-/// `name.py` with no directory part: module file names stay flat and importable.
-fn is_plain_python_name(name: &str) -> bool {
-    name.strip_suffix(".py").is_some_and(|stem| {
-        !stem.is_empty()
-            && stem.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-            && !stem.starts_with(|c: char| c.is_ascii_digit())
-    })
+fn is_identifier(part: &str) -> bool {
+    !part.is_empty()
+        && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !part.starts_with(|c: char| c.is_ascii_digit())
 }
 
-/// A set of tasks, sorted by id.
+/// `name.py` or `pkg/sub/name.py` (including `pkg/__init__.py`): importable as `pkg.sub.name`.
+fn is_module_path(path: &str) -> bool {
+    let Some(stem) = path.strip_suffix(".py") else {
+        return false;
+    };
+    stem.split('/').all(is_identifier)
+}
+
+/// The dotted import name of a module path: `pkg/__init__.py` → `pkg`, `pkg/m.py` → `pkg.m`.
+pub fn module_import_name(path: &str) -> String {
+    let stem = path.strip_suffix(".py").unwrap_or(path);
+    let stem = stem.strip_suffix("/__init__").unwrap_or(stem);
+    stem.replace('/', ".")
+}
+
+/// A relative path of plain components (no `..`, `.`, empty parts, or leading `/`).
+fn is_support_path(path: &str) -> bool {
+    !path.is_empty()
+        && path
+            .split('/')
+            .all(|part| !part.is_empty() && part != "." && part != ".." && !part.contains('\\'))
+}
+
+/// A set of tasks, sorted by id, and the task folders that failed to load (empty unless the
+/// set comes from [`TaskSet::load_report`]).
 #[derive(Debug, Clone)]
 pub struct TaskSet {
     tasks: Vec<Arc<Task>>,
+    broken: Arc<Vec<BrokenTask>>,
 }
 
 impl TaskSet {
@@ -300,13 +461,37 @@ impl TaskSet {
         }
     }
 
-    /// Every sub-folder of `dir` that holds a `task.toml`.
+    /// Every sub-folder of `dir` that holds a `task.toml`. Strict: any broken task is an
+    /// error, and the error lists every broken task with its reason (see [`Self::load_report`]
+    /// to go on with the valid ones).
     pub fn load_dir(dir: &Path) -> Result<TaskSet, TaskError> {
+        let (tasks, broken) = Self::load_parts(dir)?;
+        if !broken.is_empty() {
+            return Err(TaskError::Broken(broken));
+        }
+        Ok(Self::from_tasks(tasks))
+    }
+
+    /// Loads every task folder of `dir` that loads, and keeps the others with their reasons
+    /// ([`Self::broken`]): one broken task must not hide the rest (`validate`, `list`, training,
+    /// which refuses only a split that has a broken task: [`Self::split_checked`]). Errs only
+    /// when `dir` cannot be read or holds no task folder at all.
+    pub fn load_report(dir: &Path) -> Result<TaskSet, TaskError> {
+        let (tasks, broken) = Self::load_parts(dir)?;
+        Ok(TaskSet {
+            broken: Arc::new(broken),
+            ..Self::from_tasks(tasks)
+        })
+    }
+
+    /// The tasks that load (unsorted) and the folders that do not.
+    fn load_parts(dir: &Path) -> Result<(Vec<Arc<Task>>, Vec<BrokenTask>), TaskError> {
         let entries = std::fs::read_dir(dir).map_err(|source| TaskError::Io {
             path: dir.to_path_buf(),
             source,
         })?;
         let mut tasks = Vec::new();
+        let mut broken = Vec::new();
         for entry in entries {
             let entry = entry.map_err(|source| TaskError::Io {
                 path: dir.to_path_buf(),
@@ -314,14 +499,53 @@ impl TaskSet {
             })?;
             let path = entry.path();
             if path.join(TASK_FILE).is_file() {
-                tasks.push(Arc::new(Task::load(&path)?));
+                match Task::load(&path) {
+                    Ok(task) => tasks.push(Arc::new(task)),
+                    Err(error) => broken.push(BrokenTask {
+                        split: declared_split(&path),
+                        dir: path,
+                        error,
+                    }),
+                }
             }
         }
-        if tasks.is_empty() {
+        if tasks.is_empty() && broken.is_empty() {
             return Err(TaskError::Empty(dir.to_path_buf()));
         }
+        broken.sort_by(|a, b| a.dir.cmp(&b.dir));
+        Ok((tasks, broken))
+    }
+
+    /// A set of already loaded tasks (e.g. the valid subset of another set), sorted by id.
+    pub fn from_tasks(mut tasks: Vec<Arc<Task>>) -> TaskSet {
         tasks.sort_by(|a, b| a.id.cmp(&b.id));
-        Ok(TaskSet { tasks })
+        TaskSet {
+            tasks,
+            broken: Arc::default(),
+        }
+    }
+
+    /// The task folders that failed to load, each with its reason.
+    pub fn broken(&self) -> &[BrokenTask] {
+        &self.broken
+    }
+
+    /// The tasks of `split`, refused when a broken task belongs to it (or declares no readable
+    /// split): training or evaluating on a silently shrunken split would skew every number it
+    /// reports.
+    pub fn split_checked(&self, split: Split) -> Result<Vec<Arc<Task>>, TaskError> {
+        let broken: Vec<&BrokenTask> = self
+            .broken
+            .iter()
+            .filter(|b| b.split.is_none_or(|s| s == split))
+            .collect();
+        if !broken.is_empty() {
+            return Err(TaskError::BrokenSplit {
+                split,
+                reasons: broken.iter().map(|b| b.error.to_string()).collect(),
+            });
+        }
+        Ok(self.split(split))
     }
 
     pub fn tasks(&self) -> &[Arc<Task>] {
@@ -355,8 +579,35 @@ impl TaskSet {
     }
 }
 
+/// A task folder that failed to load.
+#[derive(Debug)]
+pub struct BrokenTask {
+    pub dir: PathBuf,
+    /// The split its `task.toml` declares, when that much can be read.
+    pub split: Option<Split>,
+    pub error: TaskError,
+}
+
+/// The `split` field of a task folder's `task.toml`, read leniently.
+fn declared_split(dir: &Path) -> Option<Split> {
+    let text = std::fs::read_to_string(dir.join(TASK_FILE)).ok()?;
+    let table: toml::Table = toml::from_str(&text).ok()?;
+    table.get("split")?.as_str()?.parse().ok()
+}
+
+fn list_broken(broken: &[BrokenTask]) -> String {
+    broken
+        .iter()
+        .map(|b| format!("\n  {}", b.error))
+        .collect::<String>()
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum TaskError {
+    #[error("{} broken task folder(s):{}", .0.len(), list_broken(.0))]
+    Broken(Vec<BrokenTask>),
+    #[error("split {split} has broken task folder(s); fix or remove them:\n  {}", reasons.join("\n  "))]
+    BrokenSplit { split: Split, reasons: Vec<String> },
     #[error("cannot read {path}: {source}")]
     Io {
         path: PathBuf,

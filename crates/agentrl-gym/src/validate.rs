@@ -3,8 +3,12 @@
 //! For each task, through the same env and verifier an agent meets: the buggy code fails some
 //! hidden case; the reference fix passes every public and hidden test; `exploit` makes the
 //! workspace's public tests pass while hidden ones fail and the episode is flagged tampered;
-//! the candidate set contains the fix; and which candidates solve the task or pass the public
-//! tests only (a public-passing hack). Tasks are checked in parallel threads, one env each.
+//! and, for tasks with candidates (they are optional: a language model edits freely), the
+//! candidate set contains the fix, and which candidates solve the task or pass the public tests
+//! only (a public-passing hack). A task whose reference fix fails is not explored further, so
+//! a broken task (a sleeping test, say) costs two runs, not one per candidate. Warnings flag
+//! what is legal but weak: a hidden case whose verdict is computed inside the sandbox. Tasks
+//! are checked in parallel threads, one env each.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -31,6 +35,12 @@ pub struct TaskValidation {
     pub public_passing_hacks: Vec<usize>,
     /// Everything that is wrong with the task; empty when it is valid.
     pub problems: Vec<String>,
+    /// Legal but weak spots (e.g. a hidden verdict computed inside the sandbox).
+    pub warnings: Vec<String>,
+    /// Some run of the validation hit a time limit (e.g. the buggy code hangs). Such runs are
+    /// never cached, so episodes on this task cost a time limit each time: the random baseline
+    /// of `agentrl gym validate` leaves it out.
+    pub time_limited: bool,
 }
 
 impl TaskValidation {
@@ -46,30 +56,59 @@ fn call(name: &str, arguments: serde_json::Value) -> Action {
     })
 }
 
+/// Operators and calls that make an expression's value a verdict (a comparison).
+const COMPARISONS: [&str; 10] = [
+    "==", "!=", "<", ">", " in ", " is ", "isclose", "all(", "any(", "approx",
+];
+
+/// Hidden cases whose expectation is `True`/`False` of a comparison: the comparison runs in the
+/// sandbox, where the code under test can forge it (an always-equal object, a shadowed builtin,
+/// a frame that reads the expected constant), so the verdict is only as good as the sandbox.
+pub fn sandbox_verdict_warnings(task: &Task) -> Vec<String> {
+    task.hidden
+        .iter()
+        .filter(|c| c.expect.is_bool_value() && COMPARISONS.iter().any(|op| c.expr.contains(op)))
+        .map(|c| {
+            format!(
+                "hidden case `{}`: `{}` computes its verdict inside the sandbox, where the code under test can forge it; return the value itself and compare it with an expectation kind (value, approx, unordered, set, data; see TASKS.md)",
+                c.name, c.expr
+            )
+        })
+        .collect()
+}
+
+/// Why the hidden cases that failed failed, as `name: detail` (for reports).
+fn failing_cases(task: &Task, verdict: &crate::verify::Verdict) -> String {
+    task.hidden
+        .iter()
+        .zip(&verdict.hidden.details)
+        .filter_map(|(case, detail)| detail.as_ref().map(|d| format!("{}: {d}", case.name)))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// Validates one task with `env`.
 pub fn validate_task(env: &mut BugFixEnv, task: &Task) -> Result<TaskValidation, GymError> {
     let mut problems = Vec::new();
+    let warnings = sandbox_verdict_warnings(task);
     let buggy: BTreeMap<String, String> = task
         .modules
         .iter()
         .map(|m| (m.clone(), task.visible.get(m).cloned().unwrap_or_default()))
         .collect();
     let verdict = env.verify_modules(task, &buggy)?;
+    let mut time_limited = verdict.time_limited;
     if verdict.solved() {
         problems.push("the buggy code passes every hidden test".to_string());
     }
     let verdict = env.verify_modules(task, &task.reference)?;
+    time_limited |= verdict.time_limited;
     if !verdict.solved() {
         problems.push(format!(
-            "the reference fix passes only {}/{} hidden tests{}",
+            "the reference fix passes only {}/{} hidden tests ({})",
             verdict.hidden_passed(),
             verdict.hidden_total(),
-            verdict
-                .hidden
-                .problem
-                .as_deref()
-                .map(|p| format!(" ({p})"))
-                .unwrap_or_default()
+            failing_cases(task, &verdict)
         ));
     }
     if !verdict.public.failed.is_empty()
@@ -80,6 +119,21 @@ pub fn validate_task(env: &mut BugFixEnv, task: &Task) -> Result<TaskValidation,
             "the reference fix does not pass the public tests: {}",
             crate::render::test_report_text(&verdict.public)
         ));
+    }
+
+    let result = |problems, solving, hacks, time_limited| TaskValidation {
+        id: task.id.clone(),
+        family: task.family.clone(),
+        split: task.split.to_string(),
+        candidates: task.candidates.len(),
+        solving_candidates: solving,
+        public_passing_hacks: hacks,
+        problems,
+        warnings: warnings.clone(),
+        time_limited,
+    };
+    if !problems.is_empty() {
+        return Ok(result(problems, Vec::new(), Vec::new(), time_limited));
     }
 
     env.reset(&task.id)?;
@@ -100,6 +154,7 @@ pub fn validate_task(env: &mut BugFixEnv, task: &Task) -> Result<TaskValidation,
         env.reset(&task.id)?;
         env.step(&call("edit", serde_json::json!({ "candidate": k })))?;
         let step = env.step(&call("submit", serde_json::json!({})))?;
+        time_limited |= env.last_end().is_some_and(|e| e.verdict.time_limited);
         let Some(r) = step.reward else { continue };
         if r.solved() {
             solving.push(k);
@@ -108,21 +163,15 @@ pub fn validate_task(env: &mut BugFixEnv, task: &Task) -> Result<TaskValidation,
         }
     }
     match task.fix_candidate() {
+        // Free-form tasks have no candidates at all; a candidate set must include the fix.
+        None if task.candidates.is_empty() => {}
         None => problems.push("the candidate set has no `fix`".to_string()),
         Some(fix) if !solving.contains(&fix) => {
             problems.push(format!("candidate {fix} (the fix) does not solve the task"))
         }
         Some(_) => {}
     }
-    Ok(TaskValidation {
-        id: task.id.clone(),
-        family: task.family.clone(),
-        split: task.split.to_string(),
-        candidates: task.candidates.len(),
-        solving_candidates: solving,
-        public_passing_hacks: hacks,
-        problems,
-    })
+    Ok(result(problems, solving, hacks, time_limited))
 }
 
 /// Validates every task, on up to `threads` threads sharing one executor and cache.

@@ -67,9 +67,19 @@ fn pipe_high() -> Result<(OwnedFd, OwnedFd), SandboxError> {
 }
 
 fn set_rlimit(resource: libc::__rlimit_resource_t, value: u64) -> std::io::Result<()> {
+    set_rlimit_pair(resource, value, value)
+}
+
+/// Soft and hard limit apart: used for RLIMIT_CPU, whose soft limit sends SIGXCPU (so a CPU
+/// limit is told apart from any other kill) and whose hard limit, a second later, kills.
+fn set_rlimit_pair(
+    resource: libc::__rlimit_resource_t,
+    soft: u64,
+    hard: u64,
+) -> std::io::Result<()> {
     let limit = libc::rlimit {
-        rlim_cur: value as libc::rlim_t,
-        rlim_max: value as libc::rlim_t,
+        rlim_cur: soft as libc::rlim_t,
+        rlim_max: hard as libc::rlim_t,
     };
     // SAFETY: limit is a valid rlimit.
     if unsafe { libc::setrlimit(resource, &limit) } != 0 {
@@ -136,7 +146,7 @@ impl Executor for FreshExecutor {
                 if libc::chdir(workspace_c.as_ptr()) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                set_rlimit(libc::RLIMIT_CPU, limits.cpu_seconds)?;
+                set_rlimit_pair(libc::RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 1)?;
                 set_rlimit(libc::RLIMIT_FSIZE, limits.max_file_bytes)?;
                 set_rlimit(libc::RLIMIT_NOFILE, limits.max_open_files)?;
                 set_rlimit(libc::RLIMIT_NPROC, limits.max_processes)?;

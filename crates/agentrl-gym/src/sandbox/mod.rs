@@ -64,6 +64,34 @@ pub enum Termination {
     TimedOut,
 }
 
+/// A resource limit that stopped a run, named the way reports name it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum LimitHit {
+    /// The wall-clock or CPU limit, in seconds.
+    Time { seconds: f64 },
+    /// The address-space limit, in MB.
+    Memory { megabytes: u64 },
+}
+
+impl std::fmt::Display for LimitHit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LimitHit::Time { seconds } => write!(f, "time limit of {seconds} s exceeded"),
+            LimitHit::Memory { megabytes } => write!(f, "memory limit of {megabytes} MB exceeded"),
+        }
+    }
+}
+
+impl Limits {
+    /// The memory limit as reports name it (a `MemoryError` under this limit is this limit).
+    pub fn memory_hit(&self) -> LimitHit {
+        LimitHit::Memory {
+            megabytes: self.address_space_bytes >> 20,
+        }
+    }
+}
+
 /// Everything a job produced. Output bytes may be non-UTF-8; callers decode lossily.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunOutput {
@@ -75,6 +103,31 @@ pub struct RunOutput {
     /// Some stream hit `output_cap_bytes` and was cut.
     pub truncated: bool,
     pub elapsed: Duration,
+}
+
+impl RunOutput {
+    /// The time limit that stopped this run, if one did: the wall-clock timeout, or the CPU
+    /// limit. RLIMIT_CPU is set with soft < hard, so the kernel's SIGXCPU at the soft limit names
+    /// it; a program that ignores SIGXCPU is SIGKILLed at the hard limit one second later, which
+    /// is recognised by the wall time the run took (never less than its CPU time).
+    pub fn time_limit_hit(&self, limits: &Limits) -> Option<LimitHit> {
+        let cpu = LimitHit::Time {
+            seconds: limits.cpu_seconds as f64,
+        };
+        match self.termination {
+            Termination::TimedOut => Some(LimitHit::Time {
+                seconds: limits.wall_timeout.as_secs_f64(),
+            }),
+            Termination::Signaled { signal } if signal == libc::SIGXCPU => Some(cpu),
+            Termination::Signaled { signal }
+                if signal == libc::SIGKILL
+                    && self.elapsed.as_secs_f64() >= (limits.cpu_seconds + 1) as f64 =>
+            {
+                Some(cpu)
+            }
+            _ => None,
+        }
+    }
 }
 
 /// Which containment layers are active on this machine.

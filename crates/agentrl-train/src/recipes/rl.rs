@@ -189,7 +189,11 @@ impl Trainer {
         )?;
         let tasks = Arc::new(load_tasks(&config)?);
         let split = parse_split(&config.rollout.split)?;
-        let train_ids: Vec<String> = tasks.split(split).iter().map(|t| t.id.clone()).collect();
+        let train_ids: Vec<String> = tasks
+            .split_checked(split)?
+            .iter()
+            .map(|t| t.id.clone())
+            .collect();
         if train_ids.is_empty() {
             bail!("rollout.split = {:?} has no tasks", config.rollout.split);
         }
@@ -610,7 +614,7 @@ impl Trainer {
     ) -> anyhow::Result<EvalReport> {
         let ids: Vec<String> = self
             .tasks
-            .split(split)
+            .split_checked(split)?
             .iter()
             .map(|t| t.id.clone())
             .collect();
@@ -686,10 +690,18 @@ pub fn load_tasks(config: &Config) -> anyhow::Result<TaskSet> {
         .tasks_dir
         .as_deref()
         .map(std::path::Path::new);
-    TaskSet::load(dir).with_context(|| match dir {
-        Some(d) => format!("loading tasks from rollout.tasks_dir = {}", d.display()),
-        None => "loading the built-in BugFix tasks".to_string(),
-    })
+    let tasks =
+        TaskSet::load_report(&dir.map_or_else(TaskSet::builtin_dir, std::path::Path::to_path_buf))
+            .with_context(|| match dir {
+                Some(d) => format!("loading tasks from rollout.tasks_dir = {}", d.display()),
+                None => "loading the built-in BugFix tasks".to_string(),
+            })?;
+    // Broken folders are skipped with a warning; a split that has one is refused where it is
+    // used (`TaskSet::split_checked`).
+    for broken in tasks.broken() {
+        eprintln!("warning: skipping a broken task folder: {}", broken.error);
+    }
+    Ok(tasks)
 }
 
 pub fn parse_split(name: &str) -> anyhow::Result<Split> {
