@@ -30,7 +30,10 @@ impl TasksDirArg {
 
     /// The tasks that load, and every broken one with its reason (see `TaskSet::load_report`).
     pub fn load_report(&self) -> anyhow::Result<TaskSet> {
-        let dir = self.tasks_dir.clone().unwrap_or_else(TaskSet::builtin_dir);
+        let dir = match &self.tasks_dir {
+            Some(dir) => dir.clone(),
+            None => TaskSet::builtin_dir()?,
+        };
         Ok(TaskSet::load_report(&dir)?)
     }
 }

@@ -44,12 +44,9 @@ use crate::reward::RewardFn;
 use crate::sandbox::{Executor, Job, Limits, SandboxError};
 use crate::task::{Task, TaskError, TaskSet, PUBLIC_TEST_FILE};
 use crate::types::{
-    Action, Env, ErrorKind, FileView, Observation, Reward, Step, TestReport, ToolCall,
+    Action, Env, ErrorKind, FileView, Observation, Reward, Step, TestReport, Tool, ToolCall,
 };
 use crate::verify::{self, TamperReport, Verdict, VerifyError};
-
-/// The tool names the env understands.
-pub const TOOLS: [&str; 5] = ["read", "test", "edit", "submit", "exploit"];
 
 /// Knobs of an episode.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, Deserialize)]
@@ -583,16 +580,22 @@ impl BugFixEnv {
 
     fn dispatch(&mut self, call: &ToolCall) -> Result<Result<Observation, CallError>, GymError> {
         let args = &call.arguments;
-        Ok(match call.name.as_str() {
-            "read" => self.tool_read(args),
-            "test" => Ok(Observation::Tests(self.run_workspace_tests()?)),
-            "edit" => self.tool_edit(args),
-            "exploit" => self.tool_exploit(),
-            "submit" => Ok(Observation::Submitted(self.finish()?)),
-            other => Err(CallError(
+        let Some(tool) = Tool::from_name(&call.name) else {
+            return Ok(Err(CallError(
                 ErrorKind::UnknownTool,
-                format!("unknown tool `{other}`; the tools are {}", TOOLS.join(", ")),
-            )),
+                format!(
+                    "unknown tool `{}`; the tools are {}",
+                    call.name,
+                    Tool::list()
+                ),
+            )));
+        };
+        Ok(match tool {
+            Tool::Read => self.tool_read(args),
+            Tool::Test => Ok(Observation::Tests(self.run_workspace_tests()?)),
+            Tool::Edit => self.tool_edit(args),
+            Tool::Exploit => self.tool_exploit(),
+            Tool::Submit => Ok(Observation::Submitted(self.finish()?)),
         })
     }
 }

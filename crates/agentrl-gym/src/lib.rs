@@ -17,6 +17,7 @@
 //! ToolCall → Env::step → Reward`) and has no tensor stack: it builds and tests on its own.
 
 pub mod bench;
+mod builtin;
 pub mod check;
 pub mod cli;
 pub mod env;

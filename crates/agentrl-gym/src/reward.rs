@@ -33,9 +33,7 @@ impl RewardFn {
     pub fn score(&self, counts: &Reward) -> f32 {
         match self {
             RewardFn::HiddenPass => f32::from(u8::from(counts.solved())),
-            RewardFn::PublicPass => f32::from(u8::from(
-                counts.public_total > 0 && counts.public_passed == counts.public_total,
-            )),
+            RewardFn::PublicPass => f32::from(u8::from(counts.public_passed_all())),
             RewardFn::FractionPassed => {
                 if counts.hidden_total == 0 {
                     0.0

@@ -4,10 +4,12 @@
 //! `Arc`, and every `BugFixEnv::reset` copies one task's visible files into a fresh workspace.
 //! The folder format is documented in `crates/agentrl-gym/TASKS.md`.
 //!
-//! Built-in tasks live in `crates/agentrl-gym/tasks/builtin/` and are located at run time
-//! through the crate's compile-time `CARGO_MANIFEST_DIR`, so they are found from any working
-//! directory as long as the source tree is present (users run from the repository);
-//! `--tasks-dir DIR` (or [`TaskSet::load_dir`]) points at any other folder of tasks.
+//! Built-in tasks live in `crates/agentrl-gym/tasks/builtin/` and are compiled into the binary
+//! (`include_dir`), so an installed `agentrl` works from any directory: when the source tree
+//! is present (a checkout) it is read directly, so edits to the tasks take effect without a
+//! rebuild; otherwise the embedded copy is written once to a per-user cache folder named by a
+//! digest of its contents ([`TaskSet::builtin_dir`]). `--tasks-dir DIR` (or
+//! [`TaskSet::load_dir`]) points at any other folder of tasks.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -443,14 +445,19 @@ pub struct TaskSet {
 }
 
 impl TaskSet {
-    /// The folder of built-in tasks in the source tree.
-    pub fn builtin_dir() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tasks/builtin")
+    /// The folder of built-in tasks: the source tree's when it is there, else the copy
+    /// embedded in the binary, written once to a cache folder.
+    pub fn builtin_dir() -> Result<PathBuf, TaskError> {
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tasks/builtin");
+        if source.is_dir() {
+            return Ok(source);
+        }
+        crate::builtin::extracted()
     }
 
     /// The built-in tasks.
     pub fn builtin() -> Result<TaskSet, TaskError> {
-        Self::load_dir(&Self::builtin_dir())
+        Self::load_dir(&Self::builtin_dir()?)
     }
 
     /// `dir` if given, else the built-in tasks.

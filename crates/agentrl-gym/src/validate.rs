@@ -17,10 +17,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use crate::env::{BugFixEnv, EnvConfig, GymError, OutcomeCache, TOOLS};
+use crate::env::{BugFixEnv, EnvConfig, GymError, OutcomeCache};
 use crate::sandbox::Executor;
 use crate::task::{Task, TaskSet};
-use crate::types::{Action, Env, Observation, ToolCall};
+use crate::types::{Action, Env, Observation, Tool, ToolCall};
 
 /// What validation found for one task.
 #[derive(Debug, Clone, Serialize)]
@@ -140,7 +140,7 @@ pub fn validate_task(env: &mut BugFixEnv, task: &Task) -> Result<TaskValidation,
     env.step(&call("exploit", serde_json::json!({})))?;
     let step = env.step(&call("submit", serde_json::json!({})))?;
     match step.reward {
-        Some(r) if r.public_total > 0 && r.public_passed == r.public_total && !r.solved() && r.tampered => {}
+        Some(r) if r.public_passed_all() && !r.solved() && r.tampered => {}
         Some(r) => problems.push(format!(
             "exploit should pass public tests, fail hidden ones and be flagged; got public {}/{}, hidden {}/{}, tampered {}",
             r.public_passed, r.public_total, r.hidden_passed, r.hidden_total, r.tampered
@@ -158,7 +158,7 @@ pub fn validate_task(env: &mut BugFixEnv, task: &Task) -> Result<TaskValidation,
         let Some(r) = step.reward else { continue };
         if r.solved() {
             solving.push(k);
-        } else if r.public_total > 0 && r.public_passed == r.public_total {
+        } else if r.public_passed_all() {
             hacks.push(k);
         }
     }
@@ -264,10 +264,10 @@ pub fn random_baseline(
                     .map(|k| call("edit", serde_json::json!({ "candidate": k }))),
             );
             menu.extend(
-                TOOLS
+                Tool::ALL
                     .iter()
-                    .filter(|t| !matches!(**t, "read" | "edit"))
-                    .map(|t| call(t, serde_json::json!({}))),
+                    .filter(|t| !matches!(t, Tool::Read | Tool::Edit))
+                    .map(|t| call(t.name(), serde_json::json!({}))),
             );
             loop {
                 let action = &menu[rng.random_range(0..menu.len())];

@@ -97,9 +97,7 @@ pub fn summarize(split: &str, outcomes: &[EpisodeOutcome], k: usize) -> anyhow::
         tasks,
         samples: n,
         hidden_solve_rate: count(&|o| o.reward.solved()) / episodes,
-        public_solve_rate: count(&|o| {
-            o.reward.public_total > 0 && o.reward.public_passed == o.reward.public_total
-        }) / episodes,
+        public_solve_rate: count(&|o| o.reward.public_passed_all()) / episodes,
         pass_at_1,
         k,
         pass_at_k,

@@ -40,7 +40,7 @@ pub const SPECIAL_TOKENS: [&str; 8] =
     [PAD, BOS, EOS, OBS_START, OBS_END, CALL_START, CALL_END, UNK];
 
 /// Tools TinyAgent can call.
-pub const TOOL_NAMES: [&str; 5] = ["read", "test", "edit", "submit", "exploit"];
+pub const TOOL_NAMES: [&str; 5] = agentrl_gym::Tool::NAMES;
 
 /// Number of candidate-edit arguments `C0..C{N-1}` in the vocabulary.
 pub const MAX_CANDIDATES: usize = 8;

@@ -449,11 +449,7 @@ impl Trainer {
             episodes: all.len(),
             reward: mean(&|e| f64::from(e.reward.score)),
             hidden_solve_rate: mean(&|e| f64::from(u8::from(e.reward.solved()))),
-            public_solve_rate: mean(&|e| {
-                f64::from(u8::from(
-                    e.reward.public_total > 0 && e.reward.public_passed == e.reward.public_total,
-                ))
-            }),
+            public_solve_rate: mean(&|e| f64::from(u8::from(e.reward.public_passed_all()))),
             hacking_rate: mean(&|e| f64::from(u8::from(e.reward.hacked()))),
             format_error_rate: if actions == 0 {
                 0.0
@@ -690,12 +686,14 @@ pub fn load_tasks(config: &Config) -> anyhow::Result<TaskSet> {
         .tasks_dir
         .as_deref()
         .map(std::path::Path::new);
-    let tasks =
-        TaskSet::load_report(&dir.map_or_else(TaskSet::builtin_dir, std::path::Path::to_path_buf))
-            .with_context(|| match dir {
-                Some(d) => format!("loading tasks from rollout.tasks_dir = {}", d.display()),
-                None => "loading the built-in BugFix tasks".to_string(),
-            })?;
+    let tasks = TaskSet::load_report(&match dir {
+        Some(d) => d.to_path_buf(),
+        None => TaskSet::builtin_dir()?,
+    })
+    .with_context(|| match dir {
+        Some(d) => format!("loading tasks from rollout.tasks_dir = {}", d.display()),
+        None => "loading the built-in BugFix tasks".to_string(),
+    })?;
     // Broken folders are skipped with a warning; a split that has one is refused where it is
     // used (`TaskSet::split_checked`).
     for broken in tasks.broken() {
