@@ -338,6 +338,36 @@ impl TinyCodec {
     }
 }
 
+impl crate::ChatCodec for TinyCodec {
+    fn prompt_ids(&self, first: &Observation) -> anyhow::Result<Vec<u32>> {
+        Ok(TinyCodec::prompt_ids(self, first))
+    }
+
+    fn observation_ids(&self, observation: &Observation) -> anyhow::Result<Vec<u32>> {
+        Ok(TinyCodec::observation_ids(self, observation))
+    }
+
+    fn stop_ids(&self) -> Vec<u32> {
+        vec![self.vocab.call_end_id(), self.vocab.eos_id()]
+    }
+
+    fn max_action_tokens(&self) -> usize {
+        self.max_action_tokens
+    }
+
+    fn parse_action(&self, ids: &[u32], task: &Observation) -> Action {
+        TinyCodec::parse_action(self, ids, &TaskContext::from_observation(task))
+    }
+
+    fn pad_id(&self) -> u32 {
+        self.vocab.pad_id()
+    }
+
+    fn decode(&self, ids: &[u32]) -> String {
+        self.vocab.decode(ids)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -498,35 +528,5 @@ mod tests {
             Action::Malformed { .. }
         ));
         assert!(c.is_stop(c.vocab().call_end_id()) && c.is_stop(c.vocab().eos_id()));
-    }
-}
-
-impl crate::ChatCodec for TinyCodec {
-    fn prompt_ids(&self, first: &Observation) -> anyhow::Result<Vec<u32>> {
-        Ok(TinyCodec::prompt_ids(self, first))
-    }
-
-    fn observation_ids(&self, observation: &Observation) -> anyhow::Result<Vec<u32>> {
-        Ok(TinyCodec::observation_ids(self, observation))
-    }
-
-    fn stop_ids(&self) -> Vec<u32> {
-        vec![self.vocab.call_end_id(), self.vocab.eos_id()]
-    }
-
-    fn max_action_tokens(&self) -> usize {
-        self.max_action_tokens
-    }
-
-    fn parse_action(&self, ids: &[u32], task: &Observation) -> Action {
-        TinyCodec::parse_action(self, ids, &TaskContext::from_observation(task))
-    }
-
-    fn pad_id(&self) -> u32 {
-        self.vocab.pad_id()
-    }
-
-    fn decode(&self, ids: &[u32]) -> String {
-        self.vocab.decode(ids)
     }
 }
