@@ -141,8 +141,12 @@ fn decoding_keeps_tool_call_and_think_but_skips_chat_markers() {
 
 #[test]
 fn bugfix_tool_specs_equal_the_fixture_scripts_list_in_order() {
-    let committed = values(&fixture("bugfix_tools.json"));
+    let committed = values(&fixture("bugfix_tools.json")["tools"]);
     let ours = bugfix_tool_specs();
+    assert!(
+        !committed.is_empty(),
+        "the fixture lists the tools under `tools`"
+    );
     assert_eq!(ours.len(), committed.len());
     for (a, b) in ours.iter().zip(&committed) {
         // python_json keeps key order, so this also checks the order the template will print.

@@ -415,7 +415,13 @@ fn export_agentrl_adapter_fixture() {
         let lp = logprobs(&model, &input.ids, ForwardMode::Train);
         inputs.push(serde_json::json!({"kind": input.kind, "ids": input.ids, "logprobs": lp}));
     }
-    let text = serde_json::json!({"base": "gqa2_tied", "inputs": inputs}).to_string();
+    let generated_by = serde_json::json!({
+        "script": "crates/agentrl-model/tests/qwen3.rs (export_agentrl_adapter_fixture)",
+        "agentrl-model": env!("CARGO_PKG_VERSION"),
+    });
+    let text =
+        serde_json::json!({"generated_by": generated_by, "base": "gqa2_tied", "inputs": inputs})
+            .to_string();
     std::fs::write(dir.join("reference.json"), text).unwrap();
 }
 
