@@ -12,13 +12,16 @@
 //!   per task, skipping the masked half, with the probabilities recomputed in the backward
 //!   pass instead of stored. Composed from candle ops, this part of the step cost about 45%
 //!   of it: a thousand small batched GEMMs per step, each with a thread-pool round trip.
-//! * [`log_softmax_gather`]: `log_softmax(logits)[target]` per row: the token log-probs a
-//!   policy-gradient loss needs, without materialising the `[N, V]` log-softmax.
+//! * [`log_softmax_gather`]: `log_softmax(logits)[target]` per position: the token log-probs a
+//!   policy-gradient loss needs, without materialising the `[.., V]` log-softmax. The model
+//!   crate's one log-prob gather (Qwen3's scoring goes through it).
 //! * [`gelu`]: tanh-approximated GELU.
 //! * [`rms_norm`]: `x · rsqrt(mean(x²) + eps) · w` with gradients for `x` and `w`.
 //!
 //! They run on f32 CPU tensors (TinyAgent's training setting); other devices/dtypes get an error
-//! naming the op, never a silent fallback without gradient.
+//! naming the op, never a silent fallback without gradient. The exception is
+//! [`log_softmax_gather`], which Qwen3 also calls: it converts to f32 itself and, off the CPU,
+//! falls back to composed candle ops that do record a backward pass.
 //!
 //! One file per op; this file holds the shared plumbing (input access, row parallelism).
 

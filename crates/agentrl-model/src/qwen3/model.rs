@@ -691,15 +691,11 @@ impl Qwen3 {
     }
 }
 
-/// `log_softmax(logits)[targets]` in f32: `[B, T, V]`, `[B, T]` → `[B, T]`.
+/// `log_softmax(logits)[targets]` in f32: `[B, T, V]`, `[B, T]` → `[B, T]`, differentiable.
+/// The same function as [`crate::fused::log_softmax_gather`], which computes it; kept under this
+/// name as Qwen3's API.
 pub fn gather_logprobs(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
-    let logits = logits.to_dtype(DType::F32)?;
-    // Subtracting the (detached) row max changes nothing mathematically and keeps exp finite.
-    let max = logits.max_keepdim(D::Minus1)?.detach();
-    let shifted = logits.broadcast_sub(&max)?;
-    let log_norm = shifted.exp()?.sum_keepdim(D::Minus1)?.log()?;
-    let picked = shifted.gather(&targets.unsqueeze(D::Minus1)?, D::Minus1)?;
-    Ok((picked - log_norm)?.squeeze(D::Minus1)?)
+    Ok(crate::fused::log_softmax_gather(logits, targets)?)
 }
 
 /// Softmax over the last dimension, in f32 for half-precision inputs (as transformers does).
