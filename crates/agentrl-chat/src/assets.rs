@@ -54,10 +54,16 @@ pub fn find_qwen3_assets() -> Option<PathBuf> {
 ///
 /// Meant for tests (it reads `$CI`, which library code has no business with).
 pub fn qwen3_assets_for_tests() -> Option<PathBuf> {
-    if let Some(dir) = find_qwen3_assets() {
-        return Some(dir);
+    let in_ci = std::env::var_os(CI_ENV).is_some_and(|value| !value.is_empty());
+    for_tests(find_qwen3_assets(), &candidates(), in_ci)
+}
+
+/// [`qwen3_assets_for_tests`] once the environment has been read.
+fn for_tests(found: Option<PathBuf>, searched: &[PathBuf], in_ci: bool) -> Option<PathBuf> {
+    if found.is_some() {
+        return found;
     }
-    let searched: Vec<String> = candidates()
+    let searched: Vec<String> = searched
         .iter()
         .map(|dir| dir.display().to_string())
         .collect();
@@ -66,7 +72,6 @@ pub fn qwen3_assets_for_tests() -> Option<PathBuf> {
          model folder, or put shared/assets/qwen3 beside the checkout",
         searched.join(", ")
     );
-    let in_ci = std::env::var_os(CI_ENV).is_some_and(|value| !value.is_empty());
     if in_ci {
         panic!("{why}; ${CI_ENV} is set, so a test that needs them fails instead of skipping");
     }
@@ -76,4 +81,24 @@ pub fn qwen3_assets_for_tests() -> Option<PathBuf> {
         .to_string();
     eprintln!("SKIPPED: {test}: {why}");
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[should_panic(expected = "Qwen3 assets not found (no tokenizer.json in: /nowhere/qwen3)")]
+    fn missing_assets_fail_a_test_under_ci() {
+        for_tests(None, &[PathBuf::from("/nowhere/qwen3")], true);
+    }
+
+    #[test]
+    fn missing_assets_skip_a_test_elsewhere_and_found_ones_are_returned() {
+        assert_eq!(for_tests(None, &[PathBuf::from("/nowhere")], false), None);
+        for in_ci in [false, true] {
+            let found = Some(PathBuf::from("/assets"));
+            assert_eq!(for_tests(found.clone(), &[], in_ci), found);
+        }
+    }
 }
