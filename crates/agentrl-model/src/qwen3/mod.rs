@@ -2,7 +2,11 @@
 //! differentiable end to end (so the trainer can backprop through it), plus a separate
 //! KV-cached incremental path for decoding.
 //!
-//! Data flow: token ids `[B, T]` → embedding → `num_hidden_layers` × (RMSNorm → attention with
+//! Where it sits: an HF model folder → [`Qwen3::load`] → logits for the trainer (through
+//! [`crate::Policy`]), token log-probs for scoring ([`Qwen3::score_sequence`], `agentrl score`),
+//! and KV-cached decoding for the engine ([`Qwen3::forward_with_cache`]).
+//!
+//! Inside the model: token ids `[B, T]` → embedding → `num_hidden_layers` × (RMSNorm → attention with
 //! per-head q/k RMSNorm *before* RoPE and grouped-query heads → residual → RMSNorm → SiLU-gated
 //! MLP → residual) → final RMSNorm → `lm_head` (or the tied embedding) → logits `[B, T, V]`.
 //! This mirrors transformers' `modeling_qwen3.py`; `head_dim` comes from the config and need not
