@@ -105,7 +105,7 @@ impl Qwen3Config {
         let num_key_value_heads = raw.num_key_value_heads.unwrap_or(raw.num_attention_heads);
         if raw.num_attention_heads == 0
             || num_key_value_heads == 0
-            || !raw.num_attention_heads.is_multiple_of(num_key_value_heads)
+            || raw.num_attention_heads % num_key_value_heads != 0
         {
             bail!(
                 "num_attention_heads ({}) must be a positive multiple of num_key_value_heads ({})",
@@ -116,7 +116,7 @@ impl Qwen3Config {
         let head_dim = raw
             .head_dim
             .unwrap_or(raw.hidden_size / raw.num_attention_heads);
-        if head_dim == 0 || !head_dim.is_multiple_of(2) {
+        if head_dim == 0 || head_dim % 2 != 0 {
             bail!("head_dim must be positive and even for rotary embeddings, got {head_dim}");
         }
         Ok(Self {
