@@ -47,8 +47,7 @@ fn render(
 
 #[test]
 fn chat_render_prints_transformers_text_and_ids() {
-    let Some(model) = agentrl_chat::find_qwen3_assets() else {
-        eprintln!("SKIPPED: Qwen3 assets not found (set AGENTRL_QWEN3_DIR)");
+    let Some(model) = agentrl_chat::qwen3_assets_for_tests() else {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");

@@ -12,13 +12,17 @@ Outputs (under `crates/agentrl-chat/tests/fixtures/`):
     token ids transformers produces.
   * `qwen3_tokenizer_cases.json`: plain strings with their ids, and ids with their decoded text
     with and without `skip_special_tokens`.
-  * `bugfix_tools.json`: the BugFix tool specs in OpenAI function format, exactly as
-    `agentrl_chat::tools::bugfix_tool_specs()` builds them (the Rust test compares the two).
+  * `bugfix_tools.json`: the BugFix tool specs in OpenAI function format (under `tools`), exactly
+    as `agentrl_chat::tools::bugfix_tool_specs()` builds them (the Rust test compares the two).
+
+Every file records the script and the library versions that made it under `generated_by`.
 """
 import json
 import os
-import sys
+import platform
 
+import jinja2
+import tokenizers
 import transformers
 from transformers import AutoTokenizer
 
@@ -240,17 +244,18 @@ def main():
         tok_cases.append(dict(text=s, ids=ids,
                               decoded=tok.decode(ids, skip_special_tokens=False),
                               decoded_skip_special=tok.decode(ids, skip_special_tokens=True)))
-    meta = dict(generator="crates/agentrl-chat/scripts/make_qwen3_fixtures.py",
-                transformers=transformers.__version__, python=sys.version.split()[0])
+    generated_by = dict(script="crates/agentrl-chat/scripts/make_qwen3_fixtures.py",
+                        python=platform.python_version(), transformers=transformers.__version__,
+                        tokenizers=tokenizers.__version__, jinja2=jinja2.__version__)
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, "qwen3_template_cases.json"), "w", encoding="utf-8") as f:
-        json.dump(dict(meta=meta, cases=out_cases), f, ensure_ascii=False, indent=1)
+        json.dump(dict(generated_by=generated_by, cases=out_cases), f, ensure_ascii=False, indent=1)
         f.write("\n")
     with open(os.path.join(OUT, "qwen3_tokenizer_cases.json"), "w", encoding="utf-8") as f:
-        json.dump(dict(meta=meta, cases=tok_cases), f, ensure_ascii=False, indent=1)
+        json.dump(dict(generated_by=generated_by, cases=tok_cases), f, ensure_ascii=False, indent=1)
         f.write("\n")
     with open(os.path.join(OUT, "bugfix_tools.json"), "w", encoding="utf-8") as f:
-        json.dump(BUGFIX_TOOLS, f, ensure_ascii=False, indent=1)
+        json.dump(dict(generated_by=generated_by, tools=BUGFIX_TOOLS), f, ensure_ascii=False, indent=1)
         f.write("\n")
     print(f"wrote {len(out_cases)} template cases and {len(tok_cases)} tokenizer cases to {OUT}")
 

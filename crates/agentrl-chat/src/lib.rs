@@ -10,11 +10,11 @@
 //!
 //! * [`qwen`]: the HF `tokenizers` tokenizer loaded from a model folder's `tokenizer.json`.
 //! * [`template`]: the model's own Jinja chat template, rendered with minijinja the way
-//!   transformers' `apply_chat_template` renders it.
+//!   transformers' `apply_chat_template` renders it (its `pyjson` part: Python's `json.dumps`).
 //! * [`tools`]: the BugFix tool schemas (OpenAI function format) and argument validation.
 //! * [`codec`]: `<tool_call>{json}</tool_call>` spans ⇄ gym [`agentrl_gym::types::ToolCall`]s.
 //! * [`drift`]: the retokenization drift check.
-//! * [`assets`]: where tests find the shared Qwen3 assets.
+//! * [`assets`]: where tests find the shared Qwen3 assets (and fail under CI without them).
 //! * [`chat_codec`]: the [`ChatCodec`] interface the rollout driver uses.
 //! * [`tiny`]: TinyAgent's closed word-level vocabulary, observation renderer, call format
 //!   and action grammar.
@@ -32,6 +32,6 @@ pub mod template;
 pub mod tiny;
 pub mod tools;
 
-pub use assets::find_qwen3_assets;
+pub use assets::{find_qwen3_assets, qwen3_assets_for_tests};
 pub use chat_codec::ChatCodec;
 pub use error::ChatError;

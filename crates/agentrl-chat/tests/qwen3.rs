@@ -1,8 +1,9 @@
 //! Parity and behaviour tests against the real Qwen3 tokenizer and chat template.
 //!
 //! The expected text and ids come from transformers (`scripts/make_qwen3_fixtures.py`); the
-//! assets come from `find_qwen3_assets()`. Without the assets the tests print why and pass
-//! vacuously (CI always has them). The 11 MB tokenizer loads once per test binary.
+//! assets come from `qwen3_assets_for_tests()`. Without the assets the tests print why and
+//! skip, except under CI (`CI` set), where they fail. The 11 MB tokenizer loads once per test
+//! binary.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -25,13 +26,7 @@ struct Qwen {
 fn qwen() -> Option<&'static Qwen> {
     static QWEN: OnceLock<Option<Qwen>> = OnceLock::new();
     QWEN.get_or_init(|| {
-        let Some(dir) = agentrl_chat::find_qwen3_assets() else {
-            eprintln!(
-                "SKIPPED: Qwen3 assets not found (set AGENTRL_QWEN3_DIR or place them at \
-                 <workspace>/../shared/assets/qwen3)"
-            );
-            return None;
-        };
+        let dir = agentrl_chat::qwen3_assets_for_tests()?;
         Some(Qwen {
             tokenizer: QwenTokenizer::from_dir(&dir).expect("tokenizer.json loads"),
             template: ChatTemplate::from_model_dir(&dir).expect("chat template loads"),
@@ -146,8 +141,12 @@ fn decoding_keeps_tool_call_and_think_but_skips_chat_markers() {
 
 #[test]
 fn bugfix_tool_specs_equal_the_fixture_scripts_list_in_order() {
-    let committed = values(&fixture("bugfix_tools.json"));
+    let committed = values(&fixture("bugfix_tools.json")["tools"]);
     let ours = bugfix_tool_specs();
+    assert!(
+        !committed.is_empty(),
+        "the fixture lists the tools under `tools`"
+    );
     assert_eq!(ours.len(), committed.len());
     for (a, b) in ours.iter().zip(&committed) {
         // python_json keeps key order, so this also checks the order the template will print.

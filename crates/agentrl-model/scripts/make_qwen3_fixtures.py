@@ -15,13 +15,20 @@ they fit the small embedding tables. `logprobs[i]` is log p(ids[i+1] | ids[..=i]
 
 It also makes `lora_peft/`: a PEFT LoRA adapter (seeded non-zero B) on the first config,
 saved by PEFT itself, with the log-probs PEFT computes with the adapter applied.
+
+Every `reference.json` records the script and the library versions that made it under
+`generated_by`.
 """
 import json
 import os
+import platform
 import shutil
 import sys
 
+import peft
+import tokenizers
 import torch
+import transformers
 from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -31,6 +38,14 @@ ASSETS = os.environ.get(
 )
 
 VOCAB = 512
+GENERATED_BY = {
+    "script": "crates/agentrl-model/scripts/make_qwen3_fixtures.py",
+    "python": platform.python_version(),
+    "torch": torch.__version__,
+    "transformers": transformers.__version__,
+    "tokenizers": tokenizers.__version__,
+    "peft": peft.__version__,
+}
 
 # name -> (config overrides, save options). head_dim differs from hidden/heads in b and d.
 CONFIGS = {
@@ -138,7 +153,7 @@ def main():
         # that is the bf16-rounded weights computed in float32 (module.to(bf16) would also round
         # the RoPE inv_freq buffer, which a fresh load does not).
         model = Qwen3ForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-        ref = {"vocab_size": VOCAB, "inputs": []}
+        ref = {"generated_by": GENERATED_BY, "vocab_size": VOCAB, "inputs": []}
         for item in inputs:
             ref["inputs"].append({"kind": item["kind"], "ids": item["ids"],
                                   "logprobs": logprobs_of(model, item["ids"])})
@@ -175,7 +190,7 @@ def make_lora(model, inputs):
     readme = os.path.join(folder, "README.md")
     if os.path.exists(readme):
         os.remove(readme)
-    ref = {"base": "gqa2_tied", "inputs": []}
+    ref = {"generated_by": GENERATED_BY, "base": "gqa2_tied", "inputs": []}
     for item in inputs:
         ref["inputs"].append({"kind": item["kind"], "ids": item["ids"],
                               "logprobs": logprobs_of(peft_model, item["ids"])})

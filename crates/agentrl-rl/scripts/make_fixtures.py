@@ -11,17 +11,24 @@ Regenerate (needs torch; CI never does):
 
     /work/pyenv/bin/python crates/agentrl-rl/scripts/make_fixtures.py
 
-(from the workspace root; any Python >= 3.9 with torch >= 2 works).
+(from the workspace root; any Python >= 3.9 with torch >= 2 works). Every file records the
+script and the Python and torch versions that made it under `generated_by`.
 """
 import json
 import math
 import os
+import platform
 
 import torch
 
 torch.set_default_dtype(torch.float64)
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
 GEN = torch.Generator().manual_seed(20250601)
+GENERATED_BY = {
+    "script": "crates/agentrl-rl/scripts/make_fixtures.py",
+    "python": platform.python_version(),
+    "torch": torch.__version__,
+}
 
 
 def f32(t):
@@ -640,7 +647,7 @@ def main():
     for name, data in fixtures.items():
         path = os.path.join(OUT, f"{name}.json")
         with open(path, "w") as f:
-            json.dump(data, f, separators=(",", ":"))
+            json.dump({"generated_by": GENERATED_BY, **data}, f, separators=(",", ":"))
         print(f"wrote {path} ({os.path.getsize(path)} bytes)")
 
 

@@ -1,7 +1,7 @@
 //! TinyAgent: a small causal transformer policy with a value head, in candle.
 //!
 //! Data flow: the tiny renderer (`agentrl-chat`'s `tiny` module) turns gym observations into symbol ids;
-//! the local engine (`agentrl::engine`) samples action tokens from [`TinyAgent::forward_step`]
+//! the local engine (`agentrl-engine`) samples action tokens from [`TinyAgent::forward_step`]
 //! with a [`KvCache`]; the trainer recomputes log-probs and values with [`TinyAgent::forward`]
 //! over the exact sampled tokens. Both paths share the same block code, so their log-probs agree
 //! to float rounding.
@@ -30,6 +30,10 @@
 //!
 //! Weights live in one [`VarMap`] and are initialised from a seeded ChaCha generator (candle's
 //! CPU RNG cannot be seeded), so the same seed always gives the same model.
+//!
+//! Layout: `config.rs` ([`TinyConfig`], the shape), `block.rs` (one transformer block),
+//! `cache.rs` ([`KvCache`], the decoding state), `pointer.rs` (the pointer head); this file
+//! holds the model itself: weights, initialisation, save/load and the two forward paths.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -39,10 +43,20 @@ use candle_core::{Device, Module, Tensor, Var, D};
 use candle_nn::{Linear, VarMap};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use serde::{Deserialize, Serialize};
 
 use crate::fused;
 use crate::policy::{Policy, PolicyOutput};
+
+mod block;
+mod cache;
+mod config;
+mod pointer;
+
+use block::{dense, AttentionMask, Block};
+use pointer::SpanScan;
+
+pub use cache::KvCache;
+pub use config::TinyConfig;
 
 /// What TinyAgent's forward passes return: logits and the value head's estimates.
 #[derive(Debug, Clone)]
@@ -51,306 +65,6 @@ pub struct TinyOutput {
     pub logits: Tensor,
     /// `[B, T]` value estimates.
     pub values: Tensor,
-}
-
-/// TinyAgent's shape. [`TinyConfig::for_vocab`] gives the shape sized for a 2-core CPU
-/// (about 160k parameters) over a given vocabulary.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TinyConfig {
-    /// Output/input vocabulary size (set from the tiny tokenizer).
-    pub vocab_size: usize,
-    pub d_model: usize,
-    pub n_layers: usize,
-    pub n_heads: usize,
-    /// MLP hidden width = `mlp_ratio * d_model`.
-    pub mlp_ratio: usize,
-    /// Longest sequence (number of learned positions).
-    pub max_seq: usize,
-    pub rms_eps: f64,
-    /// Pointer head: the ids of the candidate markers `C0, C1, …`; empty means no pointer head.
-    /// See [`TinyAgent`] ("Pointer head").
-    pub pointer_markers: Vec<u32>,
-    /// The token that closes the segment holding the candidates (the task observation's
-    /// `</obs>`); pointer logits apply from its position on.
-    pub pointer_segment_end: u32,
-}
-
-impl TinyConfig {
-    /// The default shape (d 64, 2 layers, 4 heads) over a vocabulary of `vocab_size` words;
-    /// the vocabulary comes from the codec (`agentrl_chat::tiny`), which this crate does not
-    /// know about.
-    pub fn for_vocab(vocab_size: usize) -> Self {
-        Self {
-            vocab_size,
-            d_model: 64,
-            n_layers: 2,
-            n_heads: 4,
-            mlp_ratio: 4,
-            max_seq: 512,
-            rms_eps: 1e-5,
-            pointer_markers: Vec::new(),
-            pointer_segment_end: 0,
-        }
-    }
-}
-
-impl TinyConfig {
-    /// Checks that the shape makes sense; names the field at fault.
-    pub fn validate(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(self.vocab_size > 0, "tiny config: vocab_size must be > 0");
-        anyhow::ensure!(self.d_model > 0, "tiny config: d_model must be > 0");
-        anyhow::ensure!(self.n_layers > 0, "tiny config: n_layers must be > 0");
-        anyhow::ensure!(
-            self.d_model.checked_rem(self.n_heads) == Some(0),
-            "tiny config: n_heads ({}) must be > 0 and divide d_model ({})",
-            self.n_heads,
-            self.d_model
-        );
-        anyhow::ensure!(self.mlp_ratio > 0, "tiny config: mlp_ratio must be > 0");
-        anyhow::ensure!(self.max_seq > 0, "tiny config: max_seq must be > 0");
-        anyhow::ensure!(self.rms_eps > 0.0, "tiny config: rms_eps must be > 0");
-        for &id in self
-            .pointer_markers
-            .iter()
-            .chain(std::iter::once(&self.pointer_segment_end))
-        {
-            anyhow::ensure!(
-                (id as usize) < self.vocab_size,
-                "tiny config: pointer token id {id} is outside the vocabulary ({})",
-                self.vocab_size
-            );
-        }
-        anyhow::ensure!(
-            !self.pointer_markers.contains(&self.pointer_segment_end),
-            "tiny config: pointer_segment_end must not also be a pointer marker"
-        );
-        Ok(())
-    }
-
-    pub fn head_dim(&self) -> usize {
-        self.d_model / self.n_heads
-    }
-}
-
-/// `x [N, in] @ w[out, in]^T`, on a 2-D view so candle runs one GEMM for the whole batch.
-fn dense(x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
-    let dims = x.dims().to_vec();
-    let (last, lead) = dims.split_last().expect("dense input has at least one dim");
-    let rows: usize = lead.iter().product();
-    let out = w.dim(0)?;
-    let y = x.reshape((rows, *last))?.matmul(&w.t()?)?;
-    let mut out_dims = lead.to_vec();
-    out_dims.push(out);
-    y.reshape(out_dims)
-}
-
-/// How attention hides keys: the training forward is plainly causal (one fused op); the
-/// incremental path needs an explicit additive mask for its ragged rows.
-enum AttentionMask<'a> {
-    Causal,
-    Additive(&'a Tensor),
-}
-
-struct Block {
-    norm_attn: Tensor,
-    qkv: Tensor,
-    attn_out: Tensor,
-    norm_mlp: Tensor,
-    mlp_up: Tensor,
-    mlp_down: Tensor,
-}
-
-impl Block {
-    /// One pre-norm block. `mask` is additive `[B or 1, 1, T_new, T_keys]`; `cache` holds this
-    /// layer's keys/values `[B, H, S, Dh]` from earlier calls and is extended with the new ones.
-    fn forward(
-        &self,
-        x: &Tensor,
-        mask: AttentionMask,
-        cache: Option<&mut Option<(Tensor, Tensor)>>,
-        cfg: &TinyConfig,
-    ) -> candle_core::Result<Tensor> {
-        let (b, t, d) = x.dims3()?;
-        let (h, dh) = (cfg.n_heads, cfg.head_dim());
-        let scale = 1.0 / (dh as f64).sqrt();
-        let normed = fused::rms_norm(x, &self.norm_attn, cfg.rms_eps)?;
-        let projected = dense(&normed, &self.qkv)?;
-        if let (AttentionMask::Causal, None) = (&mask, &cache) {
-            // The training forward: one fused op, straight from the projection.
-            let ctx = fused::causal_attention(&projected, h, scale)?;
-            return self.finish(x, &ctx, cfg);
-        }
-        let qkv = projected
-            .reshape((b, t, 3, h, dh))?
-            .permute((2, 0, 3, 1, 4))?;
-        let q = qkv.get(0)?.contiguous()?;
-        let mut k = qkv.get(1)?.contiguous()?;
-        let mut v = qkv.get(2)?.contiguous()?;
-        if let Some(slot) = cache {
-            if let Some((k_old, v_old)) = slot.as_ref() {
-                k = Tensor::cat(&[k_old, &k], 2)?;
-                v = Tensor::cat(&[v_old, &v], 2)?;
-            }
-            *slot = Some((k.clone(), v.clone()));
-        }
-        let scores = q.matmul(&k.t()?)?;
-        let probs = match mask {
-            AttentionMask::Causal => fused::causal_softmax(&scores, scale)?,
-            AttentionMask::Additive(mask) => {
-                candle_nn::ops::softmax(&(scores * scale)?.broadcast_add(mask)?, D::Minus1)?
-            }
-        };
-        let ctx = probs
-            .matmul(&v)?
-            .transpose(1, 2)?
-            .contiguous()?
-            .reshape((b, t, d))?;
-        self.finish(x, &ctx, cfg)
-    }
-
-    /// The rest of the block after attention: output projection, residual, MLP, residual.
-    fn finish(&self, x: &Tensor, ctx: &Tensor, cfg: &TinyConfig) -> candle_core::Result<Tensor> {
-        let x = (x + dense(ctx, &self.attn_out)?)?;
-        let normed = fused::rms_norm(&x, &self.norm_mlp, cfg.rms_eps)?;
-        let hidden = fused::gelu(&dense(&normed, &self.mlp_up)?)?;
-        x + dense(&hidden, &self.mlp_down)?
-    }
-}
-
-/// Keys and values of earlier tokens, per layer, for a batch of independent sequences.
-///
-/// Rows advance together one "slot" per fed token, but each row may feed a different number of
-/// real tokens per call (a ragged batch: e.g. observations of different lengths). Slots a row
-/// did not use are marked invalid and masked out of attention, and each row keeps its own
-/// position counter, so a row's results do not depend on what the other rows did.
-#[derive(Debug, Clone)]
-pub struct KvCache {
-    layers: Vec<Option<(Tensor, Tensor)>>,
-    /// `slot_valid[row][slot]`: that slot holds a real token of that row.
-    slot_valid: Vec<Vec<bool>>,
-    /// Real tokens fed so far per row (= next position).
-    positions: Vec<usize>,
-    /// The pointer head's candidate spans seen so far, per row.
-    pointer: Vec<PointerRow>,
-}
-
-/// Reads one row's tokens in order and collects the candidate spans `Ck … Ck` (the tokens
-/// between the two markers) before the segment end. The training forward and the incremental
-/// path both feed it token by token, so they always agree on the spans.
-#[derive(Debug, Clone, Default)]
-struct SpanScan {
-    open: Option<usize>,
-    /// Position of the segment-end token, once seen.
-    segment_end: Option<usize>,
-    /// Interior tokens of each candidate's span (the last span wins if a marker repeats).
-    spans: Vec<Vec<u32>>,
-}
-
-impl SpanScan {
-    fn new(cfg: &TinyConfig) -> Self {
-        Self {
-            open: None,
-            segment_end: None,
-            spans: vec![Vec::new(); cfg.pointer_markers.len()],
-        }
-    }
-
-    fn feed(&mut self, token: u32, position: usize, cfg: &TinyConfig) {
-        if self.segment_end.is_some() {
-            return;
-        }
-        if token == cfg.pointer_segment_end {
-            self.segment_end = Some(position);
-            self.open = None;
-            return;
-        }
-        let marker = cfg.pointer_markers.iter().position(|&m| m == token);
-        match (self.open, marker) {
-            (Some(k), Some(m)) if m == k => self.open = None,
-            (Some(k), _) => self.spans[k].push(token),
-            (None, Some(m)) => {
-                self.open = Some(m);
-                self.spans[m].clear();
-            }
-            (None, None) => {}
-        }
-    }
-
-    /// Whether pointer logits apply at `position`.
-    fn applies_at(&self, position: usize) -> bool {
-        self.segment_end.is_some_and(|end| position >= end)
-    }
-}
-
-/// One row's pointer state in the incremental path: the scan and, once the segment has ended,
-/// the encoded candidate spans `[K, d]` (zero rows for absent candidates).
-#[derive(Debug, Clone)]
-struct PointerRow {
-    scan: SpanScan,
-    encoded: Option<Tensor>,
-}
-
-impl KvCache {
-    /// An empty cache for `rows` sequences.
-    pub fn new(cfg: &TinyConfig, rows: usize) -> Self {
-        Self {
-            layers: vec![None; cfg.n_layers],
-            slot_valid: vec![Vec::new(); rows],
-            positions: vec![0; rows],
-            pointer: vec![
-                PointerRow {
-                    scan: SpanScan::new(cfg),
-                    encoded: None,
-                };
-                rows
-            ],
-        }
-    }
-
-    pub fn rows(&self) -> usize {
-        self.positions.len()
-    }
-
-    /// Number of real tokens row `row` has fed (its next position).
-    pub fn position(&self, row: usize) -> usize {
-        self.positions[row]
-    }
-
-    /// Slots used so far (real tokens plus padding of the longest row).
-    pub fn slots(&self) -> usize {
-        self.slot_valid.first().map_or(0, Vec::len)
-    }
-
-    /// Keeps only the rows listed in `keep` (in that order), e.g. to drop finished episodes.
-    pub fn retain_rows(&mut self, keep: &[usize]) -> candle_core::Result<()> {
-        for &row in keep {
-            if row >= self.rows() {
-                candle_core::bail!("retain_rows: row {row} out of range {}", self.rows());
-            }
-        }
-        if keep.is_empty() {
-            self.layers.iter_mut().for_each(|l| *l = None);
-        } else {
-            let device = match self.layers.iter().flatten().next() {
-                Some((k, _)) => k.device().clone(),
-                None => Device::Cpu,
-            };
-            let index = Tensor::from_vec(
-                keep.iter().map(|&r| r as u32).collect::<Vec<_>>(),
-                keep.len(),
-                &device,
-            )?;
-            for layer in self.layers.iter_mut().flatten() {
-                layer.0 = layer.0.index_select(&index, 0)?;
-                layer.1 = layer.1.index_select(&index, 0)?;
-            }
-        }
-        self.slot_valid = keep.iter().map(|&r| self.slot_valid[r].clone()).collect();
-        self.positions = keep.iter().map(|&r| self.positions[r]).collect();
-        self.pointer = keep.iter().map(|&r| self.pointer[r].clone()).collect();
-        Ok(())
-    }
 }
 
 /// The TinyAgent policy.
@@ -531,121 +245,6 @@ impl TinyAgent {
         Ok((TinyOutput { logits, values }, h))
     }
 
-    /// Encodes the candidate spans of each row on their own: every distinct span is run
-    /// through the blocks as a separate sequence (positions from 0) and its final hidden states
-    /// are averaged, so a candidate's key depends on its content only, never on where it sits
-    /// in the prompt or which candidates come before it. Returns `[rows, K, d]`, zero rows for
-    /// absent candidates.
-    fn encode_spans(&self, scans: &[SpanScan]) -> candle_core::Result<Tensor> {
-        let (k, d) = (self.cfg.pointer_markers.len(), self.cfg.d_model);
-        // Row 0 of the table is the zero encoding of absent candidates; distinct spans follow.
-        let mut distinct: Vec<&[u32]> = Vec::new();
-        let mut lookup: std::collections::HashMap<&[u32], u32> = Default::default();
-        let mut index = Vec::with_capacity(scans.len() * k);
-        for span in scans.iter().flat_map(|scan| &scan.spans) {
-            if span.is_empty() {
-                index.push(0);
-                continue;
-            }
-            let next = distinct.len() as u32 + 1;
-            index.push(*lookup.entry(span.as_slice()).or_insert_with(|| {
-                distinct.push(span.as_slice());
-                next
-            }));
-        }
-        let mut table = Tensor::zeros((1, d), candle_core::DType::F32, &self.device)?;
-        if !distinct.is_empty() {
-            let longest = distinct.iter().map(|s| s.len()).max().unwrap_or(1);
-            if longest > self.cfg.max_seq {
-                candle_core::bail!(
-                    "TinyAgent pointer head: a candidate span of {longest} tokens exceeds max_seq {}",
-                    self.cfg.max_seq
-                );
-            }
-            let n = distinct.len();
-            let mut ids = vec![0u32; n * longest];
-            let mut pool = vec![0f32; n * longest];
-            for (i, span) in distinct.iter().enumerate() {
-                ids[i * longest..i * longest + span.len()].copy_from_slice(span);
-                let weight = 1.0 / span.len() as f32;
-                pool[i * longest..i * longest + span.len()].fill(weight);
-            }
-            let ids = Tensor::from_vec(ids, (n, longest), &self.device)?;
-            let h = self.hidden(&ids)?;
-            let pool = Tensor::from_vec(pool, (n, 1, longest), &self.device)?;
-            let encoded = pool.matmul(&h)?.reshape((n, d))?;
-            table = Tensor::cat(&[&table, &encoded], 0)?;
-        }
-        let index = Tensor::from_vec(index, scans.len() * k, &self.device)?;
-        table.index_select(&index, 0)?.reshape((scans.len(), k, d))
-    }
-
-    /// Where pointer scores replace logits: `gate [B, T, V]` is 1 at position `j` of row `r`
-    /// (`rows[r] = (scan, start, len)`: the row's scan, the position of its first token here,
-    /// and how many of the `t` slots are real) when the pointer applies there, in the marker
-    /// columns of the candidates the row lists. `None` when it is 0 everywhere.
-    fn pointer_gate(
-        &self,
-        rows: &[(&SpanScan, usize, usize)],
-        t: usize,
-    ) -> candle_core::Result<Option<Tensor>> {
-        let v = self.cfg.vocab_size;
-        let mut applies = vec![0f32; rows.len() * t];
-        let mut listed = vec![0f32; rows.len() * v];
-        let mut any = false;
-        for (row, &(scan, start, len)) in rows.iter().enumerate() {
-            let mut lists_one = false;
-            for (span, &marker) in scan.spans.iter().zip(&self.cfg.pointer_markers) {
-                if !span.is_empty() {
-                    listed[row * v + marker as usize] = 1.0;
-                    lists_one = true;
-                }
-            }
-            for j in (0..len).filter(|&j| scan.applies_at(start + j)) {
-                applies[row * t + j] = 1.0;
-                any |= lists_one;
-            }
-        }
-        if !any {
-            return Ok(None);
-        }
-        let applies = Tensor::from_vec(applies, (rows.len(), t, 1), &self.device)?;
-        let listed = Tensor::from_vec(listed, (rows.len(), 1, v), &self.device)?;
-        Ok(Some(applies.broadcast_mul(&listed)?))
-    }
-
-    /// Replaces the logits of marker tokens by pointer scores where `gate [B, T, V]` is 1:
-    /// `score_k(t) = (W_q h_t) · (W_k m_k) / sqrt(d)`, with `m_k [B, K, d]` candidate `k`'s
-    /// encoded span ([`TinyAgent::encode_spans`]).
-    fn apply_pointer(
-        &self,
-        logits: &Tensor,
-        h: &Tensor,
-        spans: &Tensor,
-        gate: &Tensor,
-    ) -> candle_core::Result<Tensor> {
-        let Some((w_query, w_key)) = &self.pointer else {
-            return Ok(logits.clone());
-        };
-        let (b, t, v) = logits.dims3()?;
-        let k = self.cfg.pointer_markers.len();
-        let d = self.cfg.d_model;
-        let query = dense(h, w_query)?;
-        let key = dense(spans, w_key)?;
-        let scores = (query.matmul(&key.transpose(1, 2)?.contiguous()?)? / (d as f64).sqrt())?;
-        let mut placement = vec![0f32; k * v];
-        for (i, &id) in self.cfg.pointer_markers.iter().enumerate() {
-            placement[i * v + id as usize] = 1.0;
-        }
-        let placement = Tensor::from_vec(placement, (k, v), &self.device)?;
-        let scattered = scores
-            .reshape((b * t, k))?
-            .matmul(&placement)?
-            .reshape((b, t, v))?;
-        let keep = gate.affine(-1.0, 1.0)?;
-        (logits * keep)? + (scattered * gate)?
-    }
-
     /// The blocks over `ids [B, T]` (positions `0..T`, causal attention), before the final norm.
     fn trunk(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
         let (b, t) = ids.dims2()?;
@@ -788,59 +387,6 @@ impl TinyAgent {
             out.logits = self.pointer_step(rows, cache, &out.logits, &h)?;
         }
         Ok(out)
-    }
-
-    /// The incremental path's pointer head: scans the new tokens, encodes the candidate spans
-    /// of rows whose segment has just ended (once per row), then scores the markers at the
-    /// positions where the pointer applies (`cache.positions` already counts the new tokens).
-    fn pointer_step(
-        &self,
-        rows: &[&[u32]],
-        cache: &mut KvCache,
-        logits: &Tensor,
-        h: &Tensor,
-    ) -> candle_core::Result<Tensor> {
-        let n = logits.dim(1)?;
-        let (k, d) = (self.cfg.pointer_markers.len(), self.cfg.d_model);
-        let mut newly_ended = Vec::new();
-        for (row, tokens) in rows.iter().enumerate() {
-            let start = cache.positions[row] - tokens.len();
-            let state = &mut cache.pointer[row];
-            for (j, &token) in tokens.iter().enumerate() {
-                state.scan.feed(token, start + j, &self.cfg);
-            }
-            if state.encoded.is_none() && state.scan.segment_end.is_some() {
-                newly_ended.push(row);
-            }
-        }
-        if !newly_ended.is_empty() {
-            let scans: Vec<SpanScan> = newly_ended
-                .iter()
-                .map(|&row| cache.pointer[row].scan.clone())
-                .collect();
-            let encoded = self.encode_spans(&scans)?;
-            for (i, &row) in newly_ended.iter().enumerate() {
-                cache.pointer[row].encoded = Some(encoded.get(i)?);
-            }
-        }
-        let gate_rows: Vec<_> = rows
-            .iter()
-            .enumerate()
-            .map(|(row, tokens)| {
-                let start = cache.positions[row] - tokens.len();
-                (&cache.pointer[row].scan, start, tokens.len())
-            })
-            .collect();
-        let Some(gate) = self.pointer_gate(&gate_rows, n)? else {
-            return Ok(logits.clone());
-        };
-        let zeros = Tensor::zeros((k, d), candle_core::DType::F32, &self.device)?;
-        let spans: Vec<Tensor> = cache
-            .pointer
-            .iter()
-            .map(|state| state.encoded.clone().unwrap_or_else(|| zeros.clone()))
-            .collect();
-        self.apply_pointer(logits, h, &Tensor::stack(&spans, 0)?, &gate)
     }
 }
 

@@ -1,21 +1,8 @@
-//! Qwen3 as the project's own candle module: HF weight names, HF safetensors in and out,
-//! differentiable end to end (so the trainer can backprop through it), plus a separate
-//! KV-cached incremental path for decoding.
+//! The Qwen3 causal language model ([`Qwen3`]): weights, load/save in HF and PEFT layouts, LoRA,
+//! and the forward passes (differentiable training, fused inference, KV-cached decoding).
 //!
-//! Data flow: token ids `[B, T]` → embedding → `num_hidden_layers` × (RMSNorm → attention with
-//! per-head q/k RMSNorm *before* RoPE and grouped-query heads → residual → RMSNorm → SiLU-gated
-//! MLP → residual) → final RMSNorm → `lm_head` (or the tied embedding) → logits `[B, T, V]`.
-//! This mirrors transformers' `modeling_qwen3.py`; `head_dim` comes from the config and need not
-//! equal `hidden_size / num_attention_heads`.
-//!
-//! Two forward modes ([`ForwardMode`]): `Train` uses only ops that record a backward pass
-//! (`ops::softmax`, `rms_norm_slow`, a hand-written rotary), because candle's fused
-//! `softmax_last_dim`, `ops::rms_norm` and `rope*` silently drop gradients (see
-//! shared/DESIGN.md, "candle"). `Inference` may use the fused kernels and must only be used when
-//! no gradient is needed (scoring, sampling).
-//!
-//! Batches are unpadded or right-padded: attention is causal, so positions before a pad never
-//! see it, and log-probs of real tokens are exact.
+//! Data flow: see the [`super`] module doc; this file is the code of that data flow, from token
+//! ids to logits and token log-probs.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -24,192 +11,10 @@ use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, Var, D};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use serde::Deserialize;
 
+use super::{KvCache, Qwen3Config};
 use crate::lora::{self, Factor, LoraConfig, LoraWeights};
 use crate::weights;
-
-/// The fields of an HF `config.json` that define a Qwen3 network.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Qwen3Config {
-    pub vocab_size: usize,
-    pub hidden_size: usize,
-    pub intermediate_size: usize,
-    pub num_hidden_layers: usize,
-    pub num_attention_heads: usize,
-    pub num_key_value_heads: usize,
-    pub head_dim: usize,
-    pub rms_norm_eps: f64,
-    pub rope_theta: f64,
-    pub tie_word_embeddings: bool,
-    pub max_position_embeddings: usize,
-}
-
-/// `config.json` as written by transformers 4.x (`rope_theta` at top level) or 5.x
-/// (`rope_parameters.rope_theta`).
-#[derive(Debug, Deserialize)]
-struct RawConfig {
-    vocab_size: usize,
-    hidden_size: usize,
-    intermediate_size: usize,
-    num_hidden_layers: usize,
-    num_attention_heads: usize,
-    num_key_value_heads: Option<usize>,
-    head_dim: Option<usize>,
-    #[serde(default = "default_eps")]
-    rms_norm_eps: f64,
-    rope_theta: Option<f64>,
-    rope_parameters: Option<RawRopeParameters>,
-    rope_scaling: Option<serde_json::Value>,
-    #[serde(default)]
-    tie_word_embeddings: bool,
-    #[serde(default = "default_max_positions")]
-    max_position_embeddings: usize,
-    #[serde(default)]
-    attention_bias: bool,
-    hidden_act: Option<String>,
-    #[serde(default)]
-    use_sliding_window: bool,
-}
-
-#[derive(Debug, Deserialize)]
-struct RawRopeParameters {
-    rope_theta: Option<f64>,
-    rope_type: Option<String>,
-}
-
-fn default_eps() -> f64 {
-    1e-6
-}
-
-fn default_max_positions() -> usize {
-    40960
-}
-
-impl Qwen3Config {
-    /// Reads and validates `config.json`; unsupported options (bias, rope scaling, sliding
-    /// window, other activations) are errors rather than silently different math.
-    pub fn from_file(path: &Path) -> Result<Self> {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        Self::from_json(&text).with_context(|| format!("in {}", path.display()))
-    }
-
-    /// Parses the text of a `config.json`.
-    pub fn from_json(text: &str) -> Result<Self> {
-        let raw: RawConfig = serde_json::from_str(text).context("parsing Qwen3 config.json")?;
-        if raw.attention_bias {
-            bail!("attention_bias = true is not supported (Qwen3 has none)");
-        }
-        if let Some(act) = &raw.hidden_act {
-            if act != "silu" {
-                bail!("hidden_act {act:?} is not supported (only \"silu\")");
-            }
-        }
-        if raw.rope_scaling.as_ref().is_some_and(|v| !v.is_null()) {
-            bail!("rope_scaling is not supported");
-        }
-        if raw.use_sliding_window {
-            bail!("use_sliding_window = true is not supported");
-        }
-        let mut rope_theta = raw.rope_theta;
-        if let Some(params) = &raw.rope_parameters {
-            if let Some(kind) = &params.rope_type {
-                if kind != "default" {
-                    bail!("rope_parameters.rope_type {kind:?} is not supported");
-                }
-            }
-            rope_theta = rope_theta.or(params.rope_theta);
-        }
-        let num_key_value_heads = raw.num_key_value_heads.unwrap_or(raw.num_attention_heads);
-        if raw.num_attention_heads == 0
-            || num_key_value_heads == 0
-            || !raw.num_attention_heads.is_multiple_of(num_key_value_heads)
-        {
-            bail!(
-                "num_attention_heads ({}) must be a positive multiple of num_key_value_heads ({})",
-                raw.num_attention_heads,
-                num_key_value_heads
-            );
-        }
-        let head_dim = raw
-            .head_dim
-            .unwrap_or(raw.hidden_size / raw.num_attention_heads);
-        if head_dim == 0 || !head_dim.is_multiple_of(2) {
-            bail!("head_dim must be positive and even for rotary embeddings, got {head_dim}");
-        }
-        Ok(Self {
-            vocab_size: raw.vocab_size,
-            hidden_size: raw.hidden_size,
-            intermediate_size: raw.intermediate_size,
-            num_hidden_layers: raw.num_hidden_layers,
-            num_attention_heads: raw.num_attention_heads,
-            num_key_value_heads,
-            head_dim,
-            rms_norm_eps: raw.rms_norm_eps,
-            rope_theta: rope_theta.unwrap_or(10_000.0),
-            tie_word_embeddings: raw.tie_word_embeddings,
-            max_position_embeddings: raw.max_position_embeddings,
-        })
-    }
-
-    /// The config as an HF `config.json` object (transformers-loadable).
-    pub fn to_hf_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "architectures": ["Qwen3ForCausalLM"],
-            "model_type": "qwen3",
-            "attention_bias": false,
-            "attention_dropout": 0.0,
-            "hidden_act": "silu",
-            "vocab_size": self.vocab_size,
-            "hidden_size": self.hidden_size,
-            "intermediate_size": self.intermediate_size,
-            "num_hidden_layers": self.num_hidden_layers,
-            "num_attention_heads": self.num_attention_heads,
-            "num_key_value_heads": self.num_key_value_heads,
-            "head_dim": self.head_dim,
-            "rms_norm_eps": self.rms_norm_eps,
-            "rope_theta": self.rope_theta,
-            "rope_scaling": null,
-            "tie_word_embeddings": self.tie_word_embeddings,
-            "max_position_embeddings": self.max_position_embeddings,
-            "use_sliding_window": false,
-            "sliding_window": null,
-            "torch_dtype": "float32",
-        })
-    }
-
-    /// Every weight of the network: HF name and shape.
-    pub fn weight_shapes(&self) -> Vec<(String, Vec<usize>)> {
-        let (h, i, hd) = (self.hidden_size, self.intermediate_size, self.head_dim);
-        let (nq, nkv) = (self.num_attention_heads, self.num_key_value_heads);
-        let mut shapes = vec![(
-            "model.embed_tokens.weight".to_string(),
-            vec![self.vocab_size, h],
-        )];
-        for layer in 0..self.num_hidden_layers {
-            let p = format!("model.layers.{layer}");
-            shapes.extend([
-                (format!("{p}.input_layernorm.weight"), vec![h]),
-                (format!("{p}.self_attn.q_proj.weight"), vec![nq * hd, h]),
-                (format!("{p}.self_attn.k_proj.weight"), vec![nkv * hd, h]),
-                (format!("{p}.self_attn.v_proj.weight"), vec![nkv * hd, h]),
-                (format!("{p}.self_attn.o_proj.weight"), vec![h, nq * hd]),
-                (format!("{p}.self_attn.q_norm.weight"), vec![hd]),
-                (format!("{p}.self_attn.k_norm.weight"), vec![hd]),
-                (format!("{p}.post_attention_layernorm.weight"), vec![h]),
-                (format!("{p}.mlp.gate_proj.weight"), vec![i, h]),
-                (format!("{p}.mlp.up_proj.weight"), vec![i, h]),
-                (format!("{p}.mlp.down_proj.weight"), vec![h, i]),
-            ]);
-        }
-        shapes.push(("model.norm.weight".to_string(), vec![h]));
-        if !self.tie_word_embeddings {
-            shapes.push(("lm_head.weight".to_string(), vec![self.vocab_size, h]));
-        }
-        shapes
-    }
-}
 
 /// Which kernels the forward pass may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -288,31 +93,6 @@ struct DecoderLayer {
     self_attn: Attention,
     post_attention_layernorm: Tensor,
     mlp: Mlp,
-}
-
-/// Keys and values of every layer for the positions seen so far, `[B, kv_heads, S, head_dim]`
-/// each, after RoPE. Owned by the caller, so the model itself has no hidden state.
-#[derive(Debug, Clone, Default)]
-pub struct KvCache {
-    layers: Vec<Option<(Tensor, Tensor)>>,
-    len: usize,
-}
-
-impl KvCache {
-    /// An empty cache.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Number of positions already cached (the position of the next token).
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether nothing has been cached yet.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
 }
 
 /// The Qwen3 causal language model.
@@ -911,15 +691,11 @@ impl Qwen3 {
     }
 }
 
-/// `log_softmax(logits)[targets]` in f32: `[B, T, V]`, `[B, T]` → `[B, T]`.
+/// `log_softmax(logits)[targets]` in f32: `[B, T, V]`, `[B, T]` → `[B, T]`, differentiable.
+/// The same function as [`crate::fused::log_softmax_gather`], which computes it; kept under this
+/// name as Qwen3's API.
 pub fn gather_logprobs(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
-    let logits = logits.to_dtype(DType::F32)?;
-    // Subtracting the (detached) row max changes nothing mathematically and keeps exp finite.
-    let max = logits.max_keepdim(D::Minus1)?.detach();
-    let shifted = logits.broadcast_sub(&max)?;
-    let log_norm = shifted.exp()?.sum_keepdim(D::Minus1)?.log()?;
-    let picked = shifted.gather(&targets.unsqueeze(D::Minus1)?, D::Minus1)?;
-    Ok((picked - log_norm)?.squeeze(D::Minus1)?)
+    Ok(crate::fused::log_softmax_gather(logits, targets)?)
 }
 
 /// Softmax over the last dimension, in f32 for half-precision inputs (as transformers does).
