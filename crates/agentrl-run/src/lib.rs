@@ -10,4 +10,7 @@
 
 pub mod run_dir;
 
-pub use run_dir::{write_atomic, write_atomic_with, CheckpointPaths, RunDir, TrainState};
+pub use run_dir::{
+    validate_run_name, write_atomic, write_atomic_with, CheckpointPaths, RunDir, RunLock,
+    TrainState,
+};
