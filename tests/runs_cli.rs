@@ -209,6 +209,67 @@ fn resuming_a_finished_run_keeps_its_summary() {
         std::fs::read_to_string(run_dir.join("summary.json")).unwrap(),
         summary
     );
+
+    // Extending it: the earlier summary is kept, the new one keeps the untrained column. A
+    // `latest` naming nothing of this run is warned about (without colour codes in a file).
+    std::fs::write(run_dir.join("checkpoints/latest"), "/elsewhere/step_000002").unwrap();
+    let out = run(&[
+        "train".into(),
+        "--resume".into(),
+        run_dir.display().to_string(),
+        "--set".into(),
+        "train.steps=3".into(),
+    ]);
+    let err = stderr_of(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("WARN") && err.contains("latest"), "{err}");
+    assert!(
+        !err.contains('\u{1b}'),
+        "colour codes off a terminal: {err:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(run_dir.join("summary.step_000002.json")).unwrap(),
+        summary
+    );
+    let extended: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(extended["steps"], 3);
+    assert_eq!(extended["before"], value["before"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("→") && table.contains("1 in this session"),
+        "{table}"
+    );
+
+    // A negative temperature is the command's own error, not clap's "unexpected argument".
+    let out = run(&[
+        "eval".into(),
+        "--run".into(),
+        run_dir.display().to_string(),
+        "--temperature".into(),
+        "-1".into(),
+    ]);
+    let err = stderr_of(&out);
+    assert!(
+        !out.status.success() && err.contains("must be >= 0"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_folder_that_is_not_a_run_is_named_as_such() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().display().to_string();
+    for args in [
+        vec!["eval".to_string(), "--run".into(), dir.clone()],
+        vec!["train".to_string(), "--resume".into(), dir.clone()],
+    ] {
+        let out = run(&args);
+        let err = stderr_of(&out);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(err.contains("not a run directory"), "{args:?}: {err}");
+    }
 }
 
 #[test]

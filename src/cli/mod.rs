@@ -39,11 +39,23 @@ pub enum Command {
     Bench(bench::BenchArgs),
 }
 
-/// Set by the first Ctrl-C (SIGINT): `train` stops after the current step with a checkpoint.
+/// Set by the first Ctrl-C once [`catch_interrupts`] ran.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
-/// The flag a Ctrl-C sets ([`install_signal_handlers`]).
-pub fn interrupt_flag() -> &'static AtomicBool {
+/// Catches Ctrl-C (SIGINT) from now on: the first sets the returned flag (a training session
+/// checkpoints after the current step and says how to resume); the handler resets itself, so a
+/// second Ctrl-C ends the process at once. Only `train` calls this; every other command keeps
+/// the default (Ctrl-C ends it).
+pub fn catch_interrupts() -> &'static AtomicBool {
+    #[cfg(unix)]
+    // SAFETY: installs a handler that only stores to an atomic (async-signal-safe).
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_sigint as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        action.sa_flags = libc::SA_RESETHAND;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(libc::SIGINT, &action, std::ptr::null_mut());
+    }
     &INTERRUPTED
 }
 
@@ -52,29 +64,20 @@ extern "C" fn on_sigint(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::SeqCst);
 }
 
-/// Process-wide signal dispositions, set once here at the entry point:
-/// - SIGPIPE back to the default (the Rust runtime ignores it, so a closed pipe, as in
-///   `agentrl eval --json | head`, became a "failed printing to stdout" panic): the process
-///   ends quietly as Unix tools do;
-/// - SIGINT sets [`INTERRUPTED`] once (a training session checkpoints and says how to resume);
-///   the handler resets itself, so a second Ctrl-C ends the process at once.
-fn install_signal_handlers() {
+/// SIGPIPE back to the default, once, at the entry point: the Rust runtime ignores it, so a
+/// closed pipe (`agentrl eval --json | head`) became a "failed printing to stdout" panic; with
+/// the default the process ends quietly, as Unix tools do.
+fn restore_sigpipe() {
     #[cfg(unix)]
-    // SAFETY: plain libc calls at startup, before any thread exists; the handler only stores
-    // to an atomic.
+    // SAFETY: a plain libc call at startup, before any thread exists.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = on_sigint as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        action.sa_flags = libc::SA_RESETHAND;
-        libc::sigemptyset(&mut action.sa_mask);
-        libc::sigaction(libc::SIGINT, &action, std::ptr::null_mut());
     }
 }
 
 /// Parses the command line, runs it, and turns errors into a message and a non-zero exit code.
 pub fn main() -> ExitCode {
-    install_signal_handlers();
+    restore_sigpipe();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

@@ -83,8 +83,8 @@ pub fn train(args: TrainArgs) -> anyhow::Result<()> {
     let split = parse_split(&trainer.config.rollout.split)?;
     let r = &trainer.config.rollout;
     eprintln!(
-        "training TinyAgent ({} parameters) with {} on the {} split ({} tasks): {} tasks x {} \
-         episodes per step, {} steps",
+        "training TinyAgent ({} parameters) with {} on the {} split ({} tasks): {} x {} \
+         episodes (tasks x group) per step, {} steps",
         trainer.model().num_parameters(),
         trainer.algorithm,
         r.split,
@@ -102,7 +102,7 @@ pub fn train(args: TrainArgs) -> anyhow::Result<()> {
     let options = SessionOptions {
         progress,
         summary_evals: !args.no_summary,
-        stop: Some(super::interrupt_flag()),
+        stop: Some(super::catch_interrupts()),
     };
     let outcome = run_session(trainer, &options)?;
     if outcome.interrupted {

@@ -274,3 +274,19 @@ fn only_the_newest_checkpoints_are_kept() -> anyhow::Result<()> {
     assert_eq!(names, ["latest", "step_000003", "step_000004"]);
     Ok(())
 }
+
+#[test]
+fn a_steps_memory_estimate_is_modest_for_the_default_and_grows_with_the_batch() -> anyhow::Result<()>
+{
+    use agentrl_train::recipes::rl::{estimate_step_bytes, tiny_codec};
+    let vocab = tiny_codec(6).vocab().len();
+    let default = estimate_step_bytes(&Config::builtin()?, vocab);
+    assert!(default < 1e9, "default run estimated at {default} bytes");
+    let big = load_config(None, &["rollout.group_size=100".into()])?;
+    let big = estimate_step_bytes(&big, vocab);
+    assert!(
+        big > 10.0 * default && big < 20.0 * default,
+        "{big} vs {default}"
+    );
+    Ok(())
+}

@@ -220,7 +220,7 @@ pub fn apply_resume_overrides(
             );
         }
         let section = apply_override(&mut raw, item)?;
-        check_section(&raw, &section, &[section.clone()])
+        check_section(&raw, &section, std::slice::from_ref(&section))
             .with_context(|| format!("--set {item}"))?;
         if !keys.contains(&key.to_string()) {
             keys.push(key.to_string());
