@@ -319,3 +319,72 @@ fn a_closed_pipe_ends_quietly() {
         );
     }
 }
+
+#[test]
+fn two_runs_started_together_under_one_name_make_one_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let args = train_args(tmp.path(), "twin", 2, &["train.seed=0"]);
+    let other = train_args(tmp.path(), "twin", 2, &["train.seed=1"]);
+    let children = [spawn(&args), spawn(&other)];
+    let outs: Vec<Output> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    let ok = outs.iter().filter(|o| o.status.success()).count();
+    let errs: Vec<String> = outs.iter().map(stderr_of).collect();
+    assert_eq!(ok, 1, "{errs:?}");
+    let refused = outs
+        .iter()
+        .find(|o| !o.status.success())
+        .map(stderr_of)
+        .unwrap();
+    assert!(
+        refused.contains("in use") || refused.contains("already holds a run"),
+        "{refused}"
+    );
+    let steps: Vec<u64> = metrics_lines(&tmp.path().join("runs/twin"))
+        .iter()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["step"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(steps, [1, 2]);
+}
+
+#[test]
+fn eval_of_a_run_on_own_tasks_evaluates_the_splits_that_exist() {
+    let tmp = tempfile::tempdir().unwrap();
+    let own = tmp.path().join("own");
+    let all = TaskSet::builtin().unwrap();
+    let task = &all.split(Split::Train)[0];
+    copy_dir(&task.dir, &own.join(&task.id));
+    let mut args = train_args(tmp.path(), "mine", 1, &[]);
+    args.push("--set".into());
+    args.push(format!("rollout.tasks_dir={:?}", own.display().to_string()));
+    args.retain(|a| a != "--no-summary");
+    let out = run(&args);
+    let err = stderr_of(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("train split (1 tasks)"), "{err}");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("train (1)") && table.contains("no tasks"),
+        "{table}"
+    );
+
+    let out = run(&[
+        "eval".into(),
+        "--run".into(),
+        tmp.path().join("runs/mine").display().to_string(),
+        "--json".into(),
+    ]);
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["reports"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        report["absent_splits"],
+        serde_json::json!(["heldout", "heldout-family"])
+    );
+}
