@@ -105,6 +105,14 @@ pub fn train(args: TrainArgs) -> anyhow::Result<()> {
         stop: Some(super::catch_interrupts()),
     };
     let outcome = run_session(trainer, &options)?;
+    if outcome.interrupted && outcome.session_steps == 0 {
+        eprintln!(
+            "interrupted before the first step; nothing new to save\ncontinue with: agentrl \
+             train --resume {}",
+            outcome.run_dir
+        );
+        std::process::exit(130);
+    }
     if outcome.interrupted {
         eprintln!(
             "interrupted after step {}; checkpoint saved in {}/checkpoints/step_{:06}\n\

@@ -179,6 +179,12 @@ pub fn run_session(
     let stop_at = trainer.config.train.stop_at_solve_rate;
     let session_started = Instant::now();
     while trainer.state.step < total {
+        if options.stop.is_some_and(|s| s.load(Ordering::SeqCst)) {
+            // Stopped before this session's first step (e.g. during the untrained
+            // evaluation): the newest checkpoint already holds the state.
+            interrupted = true;
+            break;
+        }
         let mut record = trainer
             .step()
             .with_context(|| format!("training step {} of {total}", trainer.state.step + 1))?;

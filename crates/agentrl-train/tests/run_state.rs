@@ -290,3 +290,21 @@ fn a_steps_memory_estimate_is_modest_for_the_default_and_grows_with_the_batch() 
     );
     Ok(())
 }
+
+#[test]
+fn a_stop_before_the_first_step_trains_nothing_and_writes_no_summary() -> anyhow::Result<()> {
+    static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+    let tmp = tempfile::tempdir()?;
+    let tasks = tmp.path().join("tasks");
+    task_dir(&tasks, [1, 0, 0])?;
+    let (trainer, _) = Trainer::create(tiny(tmp.path(), &tasks, "stopped", &[])?)?;
+    let options = SessionOptions {
+        stop: Some(&STOP),
+        ..quiet(false)
+    };
+    let outcome = run_session(trainer, &options)?;
+    assert!(outcome.interrupted);
+    assert_eq!((outcome.steps, outcome.session_steps), (0, 0));
+    assert!(!tmp.path().join("runs/stopped/summary.json").exists());
+    Ok(())
+}
