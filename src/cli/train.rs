@@ -183,9 +183,12 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<()> {
         reports: &reports,
     };
     let json = serde_json::to_string_pretty(&output)?;
-    let saved = trainer
-        .run
-        .write_eval(trainer.state.step, json.as_bytes())?;
+    // The results also go to a new file under RUN/eval/; a run folder that cannot take it
+    // (read-only media) still gets its evaluation printed.
+    match trainer.run.write_eval(trainer.state.step, json.as_bytes()) {
+        Ok(path) => eprintln!("results saved to {}", path.display()),
+        Err(err) => eprintln!("warning: results not saved: {err:#}"),
+    }
     if args.json {
         println!("{json}");
         return Ok(());
@@ -220,6 +223,5 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<()> {
         println!("{split:<16} no tasks in this run's task folder");
     }
     print!("{}", agentrl_train::session::SUMMARY_LEGEND);
-    println!("saved to {}", saved.display());
     Ok(())
 }
