@@ -160,3 +160,67 @@ fn score_names_the_bad_line() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("bad.jsonl:2"), "{stderr}");
 }
+
+/// The committed script makes a folder `score` loads; `--tokenizer` takes the tokenizer from
+/// another folder when the model folder has only weights.
+#[test]
+fn the_tiny_qwen3_script_makes_a_folder_score_loads_and_tokenizer_is_a_flag() {
+    let Some(assets) = assets() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("tiny");
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/make_tiny_qwen3.py");
+    let made = Command::new("python3")
+        .arg(&script)
+        .arg("--out")
+        .arg(&out)
+        .arg("--assets")
+        .arg(&assets)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let input = dir.path().join("input.jsonl");
+    std::fs::write(&input, "{\"text\": \"def add(a, b): return a + b\"}\n").unwrap();
+    let scored = run_score(&out, &input);
+    assert!(
+        scored.status.success(),
+        "{}",
+        String::from_utf8_lossy(&scored.stderr)
+    );
+    let line: serde_json::Value = serde_json::from_slice(&scored.stdout).unwrap();
+    let ids = as_u32s(&line["ids"]);
+    assert_eq!(
+        ids,
+        QwenTokenizer::from_dir(&assets)
+            .unwrap()
+            .encode("def add(a, b): return a + b", false)
+            .unwrap()
+    );
+
+    // Weights only: refused without --tokenizer, scored with it.
+    let bare = dir.path().join("bare");
+    std::fs::create_dir_all(&bare).unwrap();
+    for file in ["config.json", "model.safetensors"] {
+        std::fs::copy(out.join(file), bare.join(file)).unwrap();
+    }
+    assert!(!run_score(&bare, &input).status.success());
+    let with_flag = Command::new(env!("CARGO_BIN_EXE_agentrl"))
+        .args(["score", "--model"])
+        .arg(&bare)
+        .arg("--tokenizer")
+        .arg(&assets)
+        .arg("--input")
+        .arg(&input)
+        .output()
+        .unwrap();
+    assert!(
+        with_flag.status.success(),
+        "{}",
+        String::from_utf8_lossy(&with_flag.stderr)
+    );
+    assert_eq!(with_flag.stdout, scored.stdout);
+}

@@ -1,7 +1,9 @@
 //! The `agentrl` command line: one clap enum, each subcommand handled by the module that owns
 //! the concept.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::{Parser, Subcommand};
 
@@ -37,13 +39,51 @@ pub enum Command {
     Bench(bench::BenchArgs),
 }
 
+/// Set by the first Ctrl-C once [`catch_interrupts`] ran.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Catches Ctrl-C (SIGINT) from now on: the first sets the returned flag (a training session
+/// checkpoints after the current step and says how to resume); the handler resets itself, so a
+/// second Ctrl-C ends the process at once. Only `train` calls this; every other command keeps
+/// the default (Ctrl-C ends it).
+pub fn catch_interrupts() -> &'static AtomicBool {
+    #[cfg(unix)]
+    // SAFETY: installs a handler that only stores to an atomic (async-signal-safe).
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_sigint as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        action.sa_flags = libc::SA_RESETHAND;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(libc::SIGINT, &action, std::ptr::null_mut());
+    }
+    &INTERRUPTED
+}
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// SIGPIPE back to the default, once, at the entry point: the Rust runtime ignores it, so a
+/// closed pipe (`agentrl eval --json | head`) became a "failed printing to stdout" panic; with
+/// the default the process ends quietly, as Unix tools do.
+fn restore_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: a plain libc call at startup, before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 /// Parses the command line, runs it, and turns errors into a message and a non-zero exit code.
 pub fn main() -> ExitCode {
+    restore_sigpipe();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
@@ -58,8 +98,39 @@ pub fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", error_chain(&err));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `outer: inner: cause`, skipping a cause whose text the message before it already ends
+/// with (contexts that repeat their source would print `no such file: no such file`).
+fn error_chain(err: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if out.ends_with(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_repeated_by_its_context_is_printed_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let err = anyhow::Error::new(io).context("reading x.toml: no such file");
+        assert_eq!(error_chain(&err), "reading x.toml: no such file");
+        let err = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(error_chain(&err), "outer: inner");
     }
 }

@@ -5,7 +5,9 @@
 //! `{"messages": [...], "tools": [...]}` (rendered with the folder's own chat template, no
 //! generation prompt, then tokenized). The output line is `{"ids": [...], "logprobs": [...]}`
 //! where `logprobs[i] = log p(ids[i+1] | ids[..=i])`, so it has `len(ids) - 1` entries. The model
-//! runs in its inference mode (no gradients).
+//! runs in its inference mode (no gradients). `--tokenizer DIR` takes the tokenizer and chat
+//! template from another folder. To try it offline, `scripts/make_tiny_qwen3.py --out DIR` makes
+//! a tiny random Qwen3 folder with the real tokenizer.
 
 use std::io::{BufRead, BufWriter, Write};
 use std::path::PathBuf;
@@ -28,6 +30,10 @@ pub struct ScoreArgs {
     /// Compute dtype: f32 or bf16.
     #[arg(long, default_value = "f32")]
     pub dtype: String,
+    /// Folder with tokenizer.json (and the chat template for `messages` lines) when the
+    /// model folder has none (default: the model folder).
+    #[arg(long, value_name = "DIR")]
+    pub tokenizer: Option<PathBuf>,
 }
 
 /// How one input line becomes token ids.
@@ -81,10 +87,12 @@ pub fn score(args: ScoreArgs) -> Result<()> {
     let model_dir = super::chat::resolve_model_dir(&args.model)?;
     let model = Qwen3::load(&model_dir, &options)
         .with_context(|| format!("loading the model from {}", model_dir.display()))?;
+    let tokenizer_dir = args.tokenizer.clone().unwrap_or(model_dir);
     let mut encoder = Encoder {
-        tokenizer: QwenTokenizer::from_dir(&model_dir)?,
+        tokenizer: QwenTokenizer::from_dir(&tokenizer_dir)
+            .with_context(|| format!("loading the tokenizer from {}", tokenizer_dir.display()))?,
         template: None,
-        model_dir,
+        model_dir: tokenizer_dir,
     };
     let file = std::fs::File::open(&args.input)
         .with_context(|| format!("opening {}", args.input.display()))?;

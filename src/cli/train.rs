@@ -1,5 +1,6 @@
 //! `agentrl train` and `agentrl eval`: thin wrappers over `agentrl_train`.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use agentrl_gym::Split;
@@ -7,7 +8,7 @@ use clap::Args;
 
 use agentrl_train::config::load_config;
 use agentrl_train::recipes::rl::{parse_split, Trainer};
-use agentrl_train::session::{run_session, summary_table, SessionOptions};
+use agentrl_train::session::{run_session, summary_table, Progress, SessionOptions};
 
 #[derive(Debug, Args)]
 pub struct TrainArgs {
@@ -15,15 +16,17 @@ pub struct TrainArgs {
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Override a config key, e.g. `--set optim.lr=1e-3` (repeatable; value parsed as TOML).
+    /// With --resume, only the keys a resume may change (train.steps, eval and logging
+    /// knobs); each change is recorded in the run's config_changes.jsonl.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
     /// Continue the run in this directory from its latest checkpoint.
-    #[arg(long, value_name = "RUN", conflicts_with_all = ["config", "set"])]
+    #[arg(long, value_name = "RUN", conflicts_with = "config")]
     pub resume: Option<PathBuf>,
     /// Skip the untrained/trained evaluations and the summary table.
     #[arg(long)]
     pub no_summary: bool,
-    /// Print the outcome as JSON instead of the table.
+    /// Print the outcome as JSON on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
     /// Print the fully resolved config (every knob written out) as TOML and exit.
@@ -33,18 +36,20 @@ pub struct TrainArgs {
 
 #[derive(Debug, Args)]
 pub struct EvalArgs {
-    /// Run directory to evaluate (its latest checkpoint).
-    #[arg(long)]
+    /// Run directory to evaluate (its latest checkpoint). Read-only: safe on a live run;
+    /// the results are also written to RUN/eval/.
+    #[arg(long, value_name = "RUN")]
     pub run: PathBuf,
-    /// Split to evaluate: train, heldout or heldout-family (default: all three).
+    /// Split to evaluate: train, heldout or heldout-family (default: every split with tasks).
     #[arg(long)]
     pub split: Option<String>,
     /// pass@k's k; also the number of samples per task (at least the config's eval.samples).
     #[arg(long)]
     pub k: Option<usize>,
     /// Sampling temperature (0 = greedy; default: the run's eval.temperature).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub temperature: Option<f64>,
+    /// Print the reports as JSON on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
 }
@@ -57,7 +62,7 @@ pub fn train(args: TrainArgs) -> anyhow::Result<()> {
     }
     let trainer = match &args.resume {
         Some(run) => {
-            let trainer = Trainer::resume(run)?;
+            let trainer = Trainer::resume(run, &args.set)?;
             eprintln!(
                 "resuming {} at step {} of {}",
                 run.display(),
@@ -75,79 +80,148 @@ pub fn train(args: TrainArgs) -> anyhow::Result<()> {
             trainer
         }
     };
+    let split = parse_split(&trainer.config.rollout.split)?;
+    let r = &trainer.config.rollout;
     eprintln!(
-        "training TinyAgent ({} parameters) with {} on the {} split: {} tasks x {} episodes per step, {} steps",
+        "training TinyAgent ({} parameters) with {} on the {} split ({} tasks): {} x {} \
+         episodes (tasks x group) per step, {} steps",
         trainer.model().num_parameters(),
         trainer.algorithm,
-        trainer.config.rollout.split,
-        trainer.config.rollout.tasks_per_step,
-        trainer.config.rollout.group_size,
+        r.split,
+        trainer.split_len(split),
+        r.tasks_per_step,
+        r.group_size,
         trainer.config.train.steps
     );
+    eprintln!("run directory: {}", trainer.run.root.display());
+    let progress = if std::io::stderr().is_terminal() {
+        Progress::Bar
+    } else {
+        Progress::lines_for(trainer.config.train.steps)
+    };
     let options = SessionOptions {
-        progress: !args.json,
+        progress,
         summary_evals: !args.no_summary,
+        stop: Some(super::catch_interrupts()),
     };
     let outcome = run_session(trainer, &options)?;
+    if outcome.interrupted && outcome.session_steps == 0 {
+        eprintln!(
+            "interrupted before the first step; nothing new to save\ncontinue with: agentrl \
+             train --resume {}",
+            outcome.run_dir
+        );
+        std::process::exit(130);
+    }
+    if outcome.interrupted {
+        eprintln!(
+            "interrupted after step {}; checkpoint saved in {}/checkpoints/step_{:06}\n\
+             continue with: agentrl train --resume {}",
+            outcome.steps, outcome.run_dir, outcome.steps, outcome.run_dir
+        );
+        std::process::exit(130);
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&outcome)?);
+    } else if args.no_summary {
+        println!(
+            "{} steps; run directory: {}",
+            outcome.steps, outcome.run_dir
+        );
     } else {
         print!("{}", summary_table(&outcome));
     }
     Ok(())
 }
 
+/// What `eval` writes to RUN/eval/ and prints with --json.
+#[derive(Debug, serde::Serialize)]
+struct EvalOutput<'a> {
+    run_dir: String,
+    step: usize,
+    samples: usize,
+    k: usize,
+    temperature: f64,
+    absent_splits: Vec<String>,
+    reports: &'a [agentrl_rollout::EvalReport],
+}
+
 pub fn eval(args: EvalArgs) -> anyhow::Result<()> {
-    let trainer = Trainer::resume(&args.run)?;
+    let trainer = Trainer::open_for_eval(&args.run)?;
     if trainer.state.step == 0 {
         eprintln!(
             "warning: {} has no checkpoint; evaluating the untrained policy",
             args.run.display()
         );
     }
-    let splits: Vec<Split> = match &args.split {
-        Some(name) => vec![parse_split(name)?],
-        None => Split::ALL.to_vec(),
+    let (splits, absent): (Vec<Split>, Vec<Split>) = match &args.split {
+        Some(name) => (vec![parse_split(name)?], Vec::new()),
+        None => Split::ALL
+            .into_iter()
+            .partition(|&s| trainer.split_len(s) > 0),
     };
+    let absent: Vec<String> = absent.iter().map(|s| s.as_str().to_string()).collect();
     let k = args.k.unwrap_or(trainer.config.eval.samples);
     anyhow::ensure!(k >= 1, "--k must be >= 1");
     let samples = k.max(trainer.config.eval.samples);
     let temperature = args.temperature.unwrap_or(trainer.config.eval.temperature);
+    anyhow::ensure!(
+        temperature.is_finite() && temperature >= 0.0,
+        "--temperature {temperature} must be >= 0 (0 = greedy)"
+    );
     let mut reports = Vec::new();
     for split in splits {
         reports.push(trainer.evaluate(split, samples, k, temperature, u64::MAX - 3)?);
     }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&reports)?);
-    } else {
-        println!(
-            "{} at step {} ({} samples per task, temperature {temperature})",
-            args.run.display(),
-            trainer.state.step,
-            samples
-        );
-        println!(
-            "{:<16} {:>6} {:>10} {:>8} {:>8} {:>10} {:>8}",
-            "split",
-            "tasks",
-            "solve",
-            "pass@1",
-            format!("pass@{k}"),
-            "format err",
-            "hacking"
-        );
-        for r in &reports {
-            println!(
-                "{:<16} {:>6} {:>9.1}% {:>7.1}% {:>7.1}% {:>9.1}% {:>7.1}%",
-                r.split,
-                r.tasks,
-                100.0 * r.hidden_solve_rate,
-                100.0 * r.pass_at_1,
-                100.0 * r.pass_at_k,
-                100.0 * r.format_error_rate,
-                100.0 * r.hacking_rate
-            );
-        }
+    let output = EvalOutput {
+        run_dir: args.run.display().to_string(),
+        step: trainer.state.step,
+        samples,
+        k,
+        temperature,
+        absent_splits: absent,
+        reports: &reports,
+    };
+    let json = serde_json::to_string_pretty(&output)?;
+    // The results also go to a new file under RUN/eval/; a run folder that cannot take it
+    // (read-only media) still gets its evaluation printed.
+    match trainer.run.write_eval(trainer.state.step, json.as_bytes()) {
+        Ok(path) => eprintln!("results saved to {}", path.display()),
+        Err(err) => eprintln!("warning: results not saved: {err:#}"),
     }
+    if args.json {
+        println!("{json}");
+        return Ok(());
+    }
+    println!(
+        "{} at step {} ({} samples per task, temperature {temperature}, hidden tests)",
+        args.run.display(),
+        trainer.state.step,
+        samples
+    );
+    println!(
+        "{:<16} {:>6} {:>8} {:>8} {:>10} {:>8}",
+        "split",
+        "tasks",
+        "pass@1",
+        format!("pass@{k}"),
+        "format err",
+        "hacking"
+    );
+    for r in &reports {
+        println!(
+            "{:<16} {:>6} {:>7.1}% {:>7.1}% {:>9.1}% {:>7.1}%",
+            r.split,
+            r.tasks,
+            100.0 * r.pass_at_1,
+            100.0 * r.pass_at_k,
+            100.0 * r.format_error_rate,
+            100.0 * r.hacking_rate
+        );
+    }
+    for split in &output.absent_splits {
+        println!("{split:<16} no tasks in this run's task folder");
+    }
+    print!("{}", agentrl_train::session::SUMMARY_LEGEND);
     Ok(())
 }

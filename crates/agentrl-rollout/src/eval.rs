@@ -120,7 +120,9 @@ pub fn summarize(split: &str, outcomes: &[EpisodeOutcome], k: usize) -> anyhow::
 pub const EVAL_CHUNK_TASKS: usize = 16;
 
 /// Evaluates a split with any engine: `samples` episodes per task (`make_envs(n)` gives `n`
-/// fresh environments), summarised with pass@k for `k <= samples`.
+/// fresh environments), summarised with pass@k for `k <= samples`. At most
+/// `max_live_episodes` episodes (and so workspaces) are alive at once: tasks are taken a few
+/// at a time, and a task's samples split over several calls when they alone exceed the bound.
 #[allow(clippy::too_many_arguments)]
 pub fn evaluate_split<E: Env + Send, R: Rng + ?Sized>(
     engine: &mut dyn Engine,
@@ -131,17 +133,29 @@ pub fn evaluate_split<E: Env + Send, R: Rng + ?Sized>(
     task_ids: &[String],
     samples: usize,
     k: usize,
+    max_live_episodes: usize,
     make_envs: &mut dyn FnMut(usize) -> Vec<E>,
     rng: &mut R,
 ) -> anyhow::Result<EvalReport> {
     anyhow::ensure!(!task_ids.is_empty(), "split {split} has no tasks");
-    let mut outcomes = Vec::with_capacity(task_ids.len() * samples);
-    for chunk in task_ids.chunks(EVAL_CHUNK_TASKS) {
-        let mut envs = make_envs(chunk.len() * samples);
-        let episodes = run_groups(
-            engine, codec, sampling, limits, &mut envs, chunk, samples, rng,
-        )?;
-        outcomes.extend(episodes.iter().map(EpisodeOutcome::of));
+    anyhow::ensure!(
+        samples > 0,
+        "evaluation of split {split}: samples must be >= 1"
+    );
+    let live = max_live_episodes.max(1);
+    let tasks_per_call = (live / samples).clamp(1, EVAL_CHUNK_TASKS);
+    let mut outcomes = Vec::with_capacity(task_ids.len().saturating_mul(samples).min(1 << 20));
+    for chunk in task_ids.chunks(tasks_per_call) {
+        let mut left = samples;
+        while left > 0 {
+            let group = left.min((live / chunk.len()).max(1));
+            let mut envs = make_envs(chunk.len() * group);
+            let episodes = run_groups(
+                engine, codec, sampling, limits, &mut envs, chunk, group, rng,
+            )?;
+            outcomes.extend(episodes.iter().map(EpisodeOutcome::of));
+            left -= group;
+        }
     }
     summarize(split, &outcomes, k)
 }

@@ -2,7 +2,8 @@
 //!
 //! The run directory's layout and contract ([`run_dir`]): the resolved config, one metrics
 //! line per training step, sampled episodes as JSONL, checkpoints staged and renamed whole,
-//! and the summary, every file written atomically. Records are any `Serialize` type, so this
+//! and the summary, every file written atomically, with one writer at a time (an exclusive
+//! lock on the directory) and read-only access for evaluation. Records are any `Serialize` type, so this
 //! crate knows nothing of tensors or models and builds in seconds.
 //!
 //! Where it sits: at the end of the data flow. The trainer (`agentrl-train`) writes here;
@@ -10,4 +11,7 @@
 
 pub mod run_dir;
 
-pub use run_dir::{write_atomic, write_atomic_with, CheckpointPaths, RunDir, TrainState};
+pub use run_dir::{
+    validate_run_name, write_atomic, write_atomic_with, CheckpointPaths, RunDir, RunLock,
+    TrainState,
+};

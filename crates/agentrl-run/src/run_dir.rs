@@ -9,7 +9,17 @@
 //!   checkpoints/step_000020/         model.safetensors, optimizer.safetensors, state.json
 //!   checkpoints/latest               name of the newest complete checkpoint
 //!   summary.json                     the untrained → trained evaluation, at the end
+//!   summary.step_000020.json         an earlier session's summary, kept when a resume rewrites it
+//!   config_changes.jsonl             every `--set` applied on `--resume`, with the old value
+//!   eval/step_000020-<time>.json     results of `agentrl eval --run` (never the training files)
+//!   .lock                            held (flock) by the one process writing the run
 //! ```
+//!
+//! Writers: one at a time. [`RunDir::create`] and [`RunDir::open_for_writing`] take an
+//! exclusive `flock` on `.lock` for the life of the [`RunDir`] (the kernel drops it when the
+//! process dies, so a SIGKILL leaves no stale lock); a second writer is refused with the
+//! holder's pid. Readers ([`RunDir::open`], `agentrl eval`) take no lock and write only new,
+//! uniquely named files under `eval/`.
 //!
 //! Atomicity: every file goes to a temporary name, is fsynced, then renamed; a checkpoint is
 //! staged in `checkpoints/.partial-step_N/` and renamed whole; `latest` is replaced last.
@@ -17,8 +27,9 @@
 //! complete `step_*` directory.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
@@ -51,12 +62,27 @@ pub fn write_atomic_with(
         .tempfile_in(dir)
         .with_context(|| format!("creating a temporary file beside {}", path.display()))?;
     write(tmp.path())?;
+    // tempfile creates 0600 files; run outputs are meant to be read by the group.
+    set_readable(tmp.path())?;
     File::open(tmp.path())
         .and_then(|f| f.sync_all())
         .with_context(|| format!("syncing {}", tmp.path().display()))?;
     tmp.persist(path)
         .with_context(|| format!("renaming a temporary file to {}", path.display()))?;
     sync_parent(path)
+}
+
+/// Mode 0644 (owner writes, everyone reads), as other outputs of a run.
+#[cfg(unix)]
+fn set_readable(path: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o644))
+        .with_context(|| format!("setting the mode of {}", path.display()))
+}
+
+#[cfg(not(unix))]
+fn set_readable(_path: &Path) -> anyhow::Result<()> {
+    Ok(())
 }
 
 fn sync_parent(path: &Path) -> anyhow::Result<()> {
@@ -109,21 +135,127 @@ impl CheckpointPaths {
     }
 }
 
-/// A run directory on disk.
+/// The exclusive lock of a run directory's writer: an `flock` on `.lock`, with the holder's
+/// pid written in the file for the message a second writer gets. Released when dropped or
+/// when the process dies.
+#[derive(Debug)]
+pub struct RunLock {
+    _file: File,
+}
+
+impl RunLock {
+    /// Takes the lock of the run in `root`, or fails naming the pid that holds it.
+    pub fn acquire(root: &Path) -> anyhow::Result<Self> {
+        let path = root.join(".lock");
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .with_context(|| format!("opening the lock file {}", path.display()))?;
+        if !try_lock_exclusive(&file).with_context(|| format!("locking {}", path.display()))? {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = match holder.trim() {
+                "" => "another process".to_string(),
+                pid => format!("process {pid}"),
+            };
+            bail!(
+                "run directory {} is in use: {holder} is writing to it (it holds {}); wait \
+                 for it to finish or stop it first",
+                root.display(),
+                path.display()
+            );
+        }
+        file.set_len(0)
+            .and_then(|()| file.rewind())
+            .and_then(|()| writeln!(file, "{}", std::process::id()))
+            .and_then(|()| file.flush())
+            .with_context(|| format!("writing the pid to {}", path.display()))?;
+        Ok(Self { _file: file })
+    }
+}
+
+/// `flock(LOCK_EX | LOCK_NB)`: `Ok(false)` when another open file description holds it.
+#[cfg(unix)]
+fn try_lock_exclusive(file: &File) -> std::io::Result<bool> {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: flock on a file descriptor this `File` owns for the duration of the call.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let err = std::io::Error::last_os_error();
+    if err.kind() == std::io::ErrorKind::WouldBlock {
+        Ok(false)
+    } else {
+        Err(err)
+    }
+}
+
+#[cfg(not(unix))]
+fn try_lock_exclusive(_file: &File) -> std::io::Result<bool> {
+    Ok(true)
+}
+
+/// Checks a run name: one plain path component (letters, digits, `.`, `_`, `-`; not starting
+/// with `.`), so a run always lands inside `runs_root`.
+pub fn validate_run_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("train.run_name is empty; leave it unset for a timestamped name".into());
+    }
+    if name.starts_with('.') {
+        return Err(format!(
+            "train.run_name = {name:?} may not start with `.` (`.`, `..` and hidden names \
+             would escape or hide in train.runs_root)"
+        ));
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(format!(
+            "train.run_name = {name:?} contains {bad:?}; a run name is one folder name of \
+             letters, digits, `.`, `_` and `-`"
+        ));
+    }
+    if name.len() > 200 {
+        return Err(format!(
+            "train.run_name is {} characters long; at most 200",
+            name.len()
+        ));
+    }
+    Ok(())
+}
+
+/// A run directory on disk. A `RunDir` from [`RunDir::create`] or [`RunDir::open_for_writing`]
+/// holds the run's lock for as long as it (or a clone) lives.
 #[derive(Debug, Clone)]
 pub struct RunDir {
     pub root: PathBuf,
+    lock: Option<Arc<RunLock>>,
 }
 
 impl RunDir {
-    /// Creates `runs_root/name` (or a timestamped name); refuses to reuse a directory that
-    /// already holds a run.
+    /// Creates `runs_root/name` (or a timestamped name) and takes its lock; refuses a name
+    /// that is not one plain folder name, and a directory that already holds a run or is
+    /// being written by another process.
     pub fn create(runs_root: &Path, name: Option<&str>) -> anyhow::Result<Self> {
         let name = match name {
-            Some(n) => n.to_string(),
+            Some(n) => {
+                validate_run_name(n).map_err(anyhow::Error::msg)?;
+                n.to_string()
+            }
             None => timestamp_name(),
         };
         let root = runs_root.join(&name);
+        fs::create_dir_all(&root)
+            .with_context(|| format!("creating run directory {}", root.display()))?;
+        // The lock first, so a run being written is refused with its writer's pid; the check
+        // for an existing run is then made under the lock (a writer that started at the same
+        // moment and won the lock has written its config by the time it lets go).
+        let lock = RunLock::acquire(&root)?;
         if root.join("config.toml").exists() {
             bail!(
                 "run directory {} already holds a run; continue it with `agentrl train --resume {}` \
@@ -136,11 +268,21 @@ impl RunDir {
             .with_context(|| format!("creating run directory {}", root.display()))?;
         fs::create_dir_all(root.join("episodes"))
             .with_context(|| format!("creating {}", root.join("episodes").display()))?;
-        Ok(Self { root })
+        Ok(Self {
+            root,
+            lock: Some(Arc::new(lock)),
+        })
     }
 
-    /// Opens an existing run (for `--resume` and `eval --run`).
+    /// Opens an existing run to read it (`eval --run`): takes no lock, and the only writes
+    /// allowed are new files under `eval/` ([`RunDir::write_eval`]).
     pub fn open(root: &Path) -> anyhow::Result<Self> {
+        if !root.is_dir() {
+            bail!(
+                "{} is not a run directory (no such directory)",
+                root.display()
+            );
+        }
         if !root.join("config.toml").is_file() {
             bail!(
                 "{} is not a run directory (no config.toml in it)",
@@ -149,7 +291,72 @@ impl RunDir {
         }
         Ok(Self {
             root: root.to_path_buf(),
+            lock: None,
         })
+    }
+
+    /// Opens an existing run to continue it (`--resume`): takes its lock (refused while
+    /// another process writes it), then clears what a killed writer left half-done.
+    pub fn open_for_writing(root: &Path) -> anyhow::Result<Self> {
+        let mut run = Self::open(root)?;
+        run.lock = Some(Arc::new(RunLock::acquire(root)?));
+        run.remove_leftovers()?;
+        Ok(run)
+    }
+
+    /// Whether this handle holds the run's lock.
+    pub fn is_locked(&self) -> bool {
+        self.lock.is_some()
+    }
+
+    fn ensure_writer(&self, what: &str) -> anyhow::Result<()> {
+        if self.lock.is_none() {
+            bail!(
+                "{} was opened read-only; {what} needs the run's lock (RunDir::open_for_writing)",
+                self.root.display()
+            );
+        }
+        Ok(())
+    }
+
+    /// Removes the temporaries of interrupted atomic writes (`.NAME.tmp-*`), staging
+    /// directories (`checkpoints/.partial-*`, `.old-*`) of interrupted checkpoints. Only a
+    /// lock holder calls this, so none of them belongs to a live writer.
+    fn remove_leftovers(&self) -> anyhow::Result<()> {
+        let checkpoints = self.checkpoints_dir();
+        let mut dirs = vec![
+            self.root.clone(),
+            self.root.join("episodes"),
+            checkpoints.clone(),
+        ];
+        if let Ok(entries) = fs::read_dir(&checkpoints) {
+            dirs.extend(
+                entries
+                    .filter_map(|e| e.ok())
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("step_"))
+                    .map(|e| e.path()),
+            );
+        }
+        for dir in dirs {
+            let Ok(entries) = fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.filter_map(|e| e.ok()) {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let path = entry.path();
+                if name.starts_with('.') && name.contains(".tmp-") && path.is_file() {
+                    fs::remove_file(&path)
+                        .with_context(|| format!("removing leftover {}", path.display()))?;
+                } else if dir == checkpoints
+                    && (name.starts_with(".partial-") || name.starts_with(".old-"))
+                    && path.is_dir()
+                {
+                    fs::remove_dir_all(&path)
+                        .with_context(|| format!("removing leftover {}", path.display()))?;
+                }
+            }
+        }
+        Ok(())
     }
 
     pub fn config_path(&self) -> PathBuf {
@@ -169,11 +376,68 @@ impl RunDir {
     }
 
     pub fn write_config(&self, text: &str) -> anyhow::Result<()> {
+        self.ensure_writer("writing config.toml")?;
         write_atomic(&self.config_path(), text.as_bytes())
+    }
+
+    /// `config_changes.jsonl`: one line per `--set` applied when the run was resumed.
+    pub fn config_changes_path(&self) -> PathBuf {
+        self.root.join("config_changes.jsonl")
+    }
+
+    /// Records config changes (appended to `config_changes.jsonl`), then writes the new
+    /// config: the old values stay on record, so nothing of the run is silently overwritten.
+    pub fn change_config<T: Serialize>(&self, changes: &[T], text: &str) -> anyhow::Result<()> {
+        self.ensure_writer("changing config.toml")?;
+        for change in changes {
+            append_line(&self.config_changes_path(), change)?;
+        }
+        write_atomic(&self.config_path(), text.as_bytes())
+    }
+
+    /// Writes `summary.json`. A summary already there (an earlier session of a resumed run)
+    /// is kept as `summary.step_N.json`, N its step count, not overwritten.
+    pub fn write_summary(&self, json: &[u8], previous_steps: Option<usize>) -> anyhow::Result<()> {
+        self.ensure_writer("writing summary.json")?;
+        let path = self.summary_path();
+        if path.exists() {
+            let step = previous_steps.unwrap_or(0);
+            let mut keep = self.root.join(format!("summary.step_{step:06}.json"));
+            let mut n = 1;
+            while keep.exists() {
+                keep = self.root.join(format!("summary.step_{step:06}.{n}.json"));
+                n += 1;
+            }
+            fs::rename(&path, &keep).with_context(|| {
+                format!(
+                    "keeping the previous {} as {}",
+                    path.display(),
+                    keep.display()
+                )
+            })?;
+        }
+        write_atomic(&path, json)
+    }
+
+    /// Writes an evaluation's results as a new file under `eval/` (named by the checkpoint's
+    /// step and the time); the only write a reader makes. Returns the file's path.
+    pub fn write_eval(&self, step: usize, json: &[u8]) -> anyhow::Result<PathBuf> {
+        let dir = self.root.join("eval");
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let stem = format!("step_{step:06}-{}", timestamp_name());
+        let mut path = dir.join(format!("{stem}.json"));
+        let mut n = 1;
+        while path.exists() {
+            path = dir.join(format!("{stem}.{n}.json"));
+            n += 1;
+        }
+        write_atomic(&path, json)?;
+        Ok(path)
     }
 
     /// Writes one step's sampled episodes, one JSON object per line.
     pub fn write_episodes<T: Serialize>(&self, step: usize, episodes: &[T]) -> anyhow::Result<()> {
+        self.ensure_writer("writing episodes")?;
         let mut text = String::new();
         for episode in episodes {
             text.push_str(&serde_json::to_string(episode).context("serialising an episode")?);
@@ -185,12 +449,15 @@ impl RunDir {
     }
 
     /// Writes a checkpoint with `write_files` filling the staging directory, then publishes it
-    /// with a directory rename and an atomic update of `latest`.
+    /// with a directory rename and an atomic update of `latest`; then keeps only the newest
+    /// `keep` complete checkpoints (0 = keep all).
     pub fn save_checkpoint(
         &self,
         state: &TrainState,
+        keep: usize,
         write_files: impl FnOnce(&CheckpointPaths) -> anyhow::Result<()>,
     ) -> anyhow::Result<PathBuf> {
+        self.ensure_writer("writing a checkpoint")?;
         let name = format!("step_{:06}", state.step);
         let checkpoints = self.checkpoints_dir();
         fs::create_dir_all(&checkpoints)
@@ -227,59 +494,89 @@ impl RunDir {
         }
         sync_parent(&final_dir)?;
         write_atomic(&checkpoints.join("latest"), name.as_bytes())?;
+        self.prune_checkpoints(keep, &name)?;
         Ok(final_dir)
+    }
+
+    /// Names of the `step_N` directories, newest first.
+    fn checkpoint_names(&self) -> Vec<String> {
+        let Ok(entries) = fs::read_dir(self.checkpoints_dir()) else {
+            return Vec::new();
+        };
+        let mut names: Vec<String> = entries
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| step_of_name(n).is_some())
+            .collect();
+        names.sort_by_key(|n| std::cmp::Reverse(step_of_name(n)));
+        names
+    }
+
+    /// Deletes all but the newest `keep` checkpoints (never `latest`'s).
+    fn prune_checkpoints(&self, keep: usize, latest: &str) -> anyhow::Result<()> {
+        if keep == 0 {
+            return Ok(());
+        }
+        for name in self.checkpoint_names().iter().skip(keep) {
+            if name == latest {
+                continue;
+            }
+            let dir = self.checkpoints_dir().join(name);
+            fs::remove_dir_all(&dir)
+                .with_context(|| format!("removing old checkpoint {}", dir.display()))?;
+        }
+        Ok(())
     }
 
     /// The newest loadable checkpoint: the one `latest` names if it is complete, else the
     /// highest complete `step_*` directory. `None` if the run has no checkpoint.
     pub fn latest_checkpoint(&self) -> anyhow::Result<Option<(CheckpointPaths, TrainState)>> {
+        Ok(self.checkpoints()?.into_iter().next())
+    }
+
+    /// Every complete checkpoint, the one to load first: `latest`'s, then the others newest
+    /// first (the fallbacks when a file of a newer one turns out torn). A checkpoint counts
+    /// when its `state.json` parses, its step is its directory's, and both weight files are
+    /// there. `latest` must name a `step_N` directory of this run; anything else (a path, a
+    /// name of another run) is ignored with a warning.
+    pub fn checkpoints(&self) -> anyhow::Result<Vec<(CheckpointPaths, TrainState)>> {
         let checkpoints = self.checkpoints_dir();
-        if let Ok(name) = fs::read_to_string(checkpoints.join("latest")) {
-            let paths = CheckpointPaths::in_dir(checkpoints.join(name.trim()));
-            if let Ok(state) = read_complete(&paths) {
-                return Ok(Some((paths, state)));
-            }
-            tracing::warn!(
-                "{}: `latest` names {:?}, which is incomplete; looking for an older checkpoint",
-                checkpoints.display(),
-                name.trim()
-            );
-        }
-        let Ok(entries) = fs::read_dir(&checkpoints) else {
-            return Ok(None);
-        };
-        let mut names: Vec<String> = entries
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with("step_"))
-            .collect();
-        names.sort();
-        for name in names.iter().rev() {
-            let paths = CheckpointPaths::in_dir(checkpoints.join(name));
-            if let Ok(state) = read_complete(&paths) {
-                return Ok(Some((paths, state)));
+        let mut names = self.checkpoint_names();
+        if let Ok(text) = fs::read_to_string(checkpoints.join("latest")) {
+            let latest = text.trim();
+            match names.iter().position(|n| n == latest) {
+                Some(i) => {
+                    let name = names.remove(i);
+                    names.insert(0, name);
+                }
+                None => tracing::warn!(
+                    "{}: `latest` holds {latest:?}, which is not a checkpoint of this run; \
+                     using the newest complete step_* directory",
+                    checkpoints.display()
+                ),
             }
         }
-        Ok(None)
+        let mut found = Vec::new();
+        for name in names {
+            let paths = CheckpointPaths::in_dir(checkpoints.join(&name));
+            match read_complete(&paths, &name) {
+                Ok(state) => found.push((paths, state)),
+                Err(err) => tracing::warn!("skipping checkpoint {name}: {err:#}"),
+            }
+        }
+        Ok(found)
     }
 
     /// Appends one JSON line to `metrics.jsonl` and flushes it.
     pub fn append_metrics<T: Serialize>(&self, record: &T) -> anyhow::Result<()> {
-        let line = serde_json::to_string(record).context("serialising a metrics record")?;
-        let path = self.metrics_path();
-        let mut file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .with_context(|| format!("opening {}", path.display()))?;
-        writeln!(file, "{line}").with_context(|| format!("appending to {}", path.display()))?;
-        file.flush()?;
-        Ok(())
+        self.ensure_writer("appending to metrics.jsonl")?;
+        append_line(&self.metrics_path(), record)
     }
 
     /// Drops metrics lines of steps after `step` (written by a run killed after its last
     /// checkpoint), so a resumed run's log has each step once.
     pub fn truncate_metrics_after(&self, step: usize) -> anyhow::Result<()> {
+        self.ensure_writer("truncating metrics.jsonl")?;
         let path = self.metrics_path();
         let Ok(text) = fs::read_to_string(&path) else {
             return Ok(());
@@ -300,11 +597,45 @@ impl RunDir {
     }
 }
 
-fn read_complete(paths: &CheckpointPaths) -> anyhow::Result<TrainState> {
+/// Appends one JSON line to `path` (created 0644) and flushes it.
+fn append_line<T: Serialize>(path: &Path, record: &T) -> anyhow::Result<()> {
+    let line = serde_json::to_string(record).context("serialising a record")?;
+    let mut options = OpenOptions::new();
+    options.create(true).append(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o644);
+    }
+    let mut file = options
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    writeln!(file, "{line}").with_context(|| format!("appending to {}", path.display()))?;
+    file.flush()?;
+    Ok(())
+}
+
+/// The step of a checkpoint directory name `step_N`.
+fn step_of_name(name: &str) -> Option<usize> {
+    let digits = name.strip_prefix("step_")?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+fn read_complete(paths: &CheckpointPaths, name: &str) -> anyhow::Result<TrainState> {
     let text = fs::read_to_string(&paths.state)
         .with_context(|| format!("reading {}", paths.state.display()))?;
     let state: TrainState = serde_json::from_str(&text)
         .with_context(|| format!("parsing {}", paths.state.display()))?;
+    if Some(state.step) != step_of_name(name) {
+        bail!(
+            "{} says step {}, but it is the checkpoint of {name}",
+            paths.state.display(),
+            state.step
+        );
+    }
     for file in [&paths.model, &paths.optimizer] {
         if !file.is_file() {
             bail!("{} is missing", file.display());
@@ -365,8 +696,8 @@ mod tests {
         let run = RunDir::create(tmp.path(), Some("r"))?;
         run.write_config("x = 1")?;
         assert!(run.latest_checkpoint()?.is_none());
-        run.save_checkpoint(&state(2), fake_files)?;
-        run.save_checkpoint(&state(4), fake_files)?;
+        run.save_checkpoint(&state(2), 0, fake_files)?;
+        run.save_checkpoint(&state(4), 0, fake_files)?;
         assert_eq!(run.latest_checkpoint()?.unwrap().1.step, 4);
 
         // A kill mid-checkpoint: a staging directory with half the files, and a torn temp file
@@ -382,7 +713,7 @@ mod tests {
         assert_eq!(run.latest_checkpoint()?.unwrap().1.step, 2);
 
         // Re-saving a step replaces it whole.
-        run.save_checkpoint(&state(4), fake_files)?;
+        run.save_checkpoint(&state(4), 0, fake_files)?;
         assert_eq!(run.latest_checkpoint()?.unwrap().1.step, 4);
         Ok(())
     }
@@ -409,8 +740,143 @@ mod tests {
         let tmp = tempfile::tempdir()?;
         let run = RunDir::create(tmp.path(), Some("same"))?;
         run.write_config("a = 1")?;
+        drop(run);
         let err = RunDir::create(tmp.path(), Some("same")).unwrap_err();
         assert!(err.to_string().contains("--resume"), "{err}");
+        Ok(())
+    }
+
+    #[test]
+    fn a_second_writer_is_refused_with_the_holders_pid() -> anyhow::Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let run = RunDir::create(tmp.path(), Some("busy"))?;
+        run.write_config("a = 1")?;
+        // flock locks belong to an open file, so a second open in this process conflicts as
+        // another process would.
+        let err = RunDir::open_for_writing(&run.root).unwrap_err().to_string();
+        assert!(
+            err.contains("in use") && err.contains(&std::process::id().to_string()),
+            "{err}"
+        );
+        let err = RunDir::create(tmp.path(), Some("busy"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("in use"), "{err}");
+        // Readers are not writers: they take no lock and cannot touch the training files.
+        let reader = RunDir::open(&run.root)?;
+        assert!(reader
+            .append_metrics(&serde_json::json!({"step": 1}))
+            .is_err());
+        assert!(reader.truncate_metrics_after(0).is_err());
+        drop(run);
+        let again = RunDir::open_for_writing(&tmp.path().join("busy"))?;
+        assert!(again.is_locked());
+        Ok(())
+    }
+
+    #[test]
+    fn run_names_stay_inside_runs_root() {
+        for bad in [
+            "", ".", "..", "../..", "/abs", "a/b", ".hidden", "a b", "a\\b",
+        ] {
+            assert!(validate_run_name(bad).is_err(), "{bad:?} accepted");
+            let tmp = tempfile::tempdir().unwrap();
+            assert!(RunDir::create(tmp.path(), Some(bad)).is_err(), "{bad:?}");
+        }
+        for good in ["run-1", "grpo_seed.3", "20260101"] {
+            assert!(validate_run_name(good).is_ok(), "{good:?} refused");
+        }
+    }
+
+    #[test]
+    fn latest_and_state_are_checked_against_the_run() -> anyhow::Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let other = RunDir::create(tmp.path(), Some("other"))?;
+        other.save_checkpoint(&state(8), 0, fake_files)?;
+        let run = RunDir::create(tmp.path(), Some("r"))?;
+        run.save_checkpoint(&state(2), 0, fake_files)?;
+        let cps = run.root.join("checkpoints");
+        // `latest` holding a path into another run is ignored.
+        let elsewhere = other.root.join("checkpoints/step_000008");
+        fs::write(cps.join("latest"), elsewhere.display().to_string())?;
+        let (paths, st) = run.latest_checkpoint()?.unwrap();
+        assert_eq!(st.step, 2);
+        assert!(paths.dir.starts_with(&run.root));
+        fs::write(cps.join("latest"), "../../other/checkpoints/step_000008")?;
+        assert_eq!(run.latest_checkpoint()?.unwrap().1.step, 2);
+        // A state.json whose step is not its directory's is not a checkpoint.
+        let mut forged = state(999);
+        forged.seed = 1;
+        fs::write(
+            cps.join("step_000002/state.json"),
+            serde_json::to_vec(&forged)?,
+        )?;
+        assert!(run.latest_checkpoint()?.is_none());
+        Ok(())
+    }
+
+    #[test]
+    fn old_checkpoints_are_pruned_and_files_are_group_readable() -> anyhow::Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let run = RunDir::create(tmp.path(), Some("p"))?;
+        for step in 1..=5 {
+            run.save_checkpoint(&state(step), 2, |paths| {
+                write_atomic(&paths.model, b"model")?;
+                write_atomic(&paths.optimizer, b"optim")
+            })?;
+        }
+        let names = run.checkpoint_names();
+        assert_eq!(names, ["step_000005", "step_000004"]);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let cp = run.root.join("checkpoints/step_000005");
+            for file in ["model.safetensors", "optimizer.safetensors", "state.json"] {
+                let mode = fs::metadata(cp.join(file))?.permissions().mode() & 0o777;
+                assert_eq!(mode, 0o644, "{file}");
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn resume_clears_what_a_killed_writer_left() -> anyhow::Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let run = RunDir::create(tmp.path(), Some("k"))?;
+        run.write_config("a = 1")?;
+        run.save_checkpoint(&state(2), 0, fake_files)?;
+        let cps = run.root.join("checkpoints");
+        fs::create_dir_all(cps.join(".partial-step_000003"))?;
+        fs::write(cps.join(".partial-step_000003/model.safetensors"), b"half")?;
+        fs::write(cps.join(".latest.tmp-123"), b"step_")?;
+        fs::write(cps.join("step_000002/.model.safetensors.tmp-9"), b"x")?;
+        fs::write(run.root.join(".metrics.jsonl.tmp-4"), b"x")?;
+        drop(run);
+        let run = RunDir::open_for_writing(&tmp.path().join("k"))?;
+        assert!(!cps.join(".partial-step_000003").exists());
+        assert!(!cps.join(".latest.tmp-123").exists());
+        assert!(!cps.join("step_000002/.model.safetensors.tmp-9").exists());
+        assert!(!run.root.join(".metrics.jsonl.tmp-4").exists());
+        assert_eq!(run.latest_checkpoint()?.unwrap().1.step, 2);
+        Ok(())
+    }
+
+    #[test]
+    fn a_rewritten_summary_keeps_the_previous_one() -> anyhow::Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let run = RunDir::create(tmp.path(), Some("s"))?;
+        run.write_config("a = 1")?;
+        run.write_summary(b"first", None)?;
+        run.write_summary(b"second", Some(8))?;
+        assert_eq!(fs::read(run.summary_path())?, b"second");
+        assert_eq!(
+            fs::read(run.root.join("summary.step_000008.json"))?,
+            b"first"
+        );
+        let reader = RunDir::open_for_writing(&run.root);
+        assert!(reader.is_err(), "the lock is still held by `run`");
+        let eval = RunDir::open(&run.root)?.write_eval(8, b"{}")?;
+        assert!(eval.starts_with(run.root.join("eval")));
         Ok(())
     }
 }

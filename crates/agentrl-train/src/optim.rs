@@ -112,14 +112,24 @@ impl AdamW {
         Ok(out)
     }
 
+    /// Writes the moments and the step counter; refuses non-finite moments, so a diverged
+    /// optimizer never becomes a checkpoint.
     pub fn save(&self, path: &Path) -> anyhow::Result<()> {
         let tensors = self.state_tensors()?;
+        for (name, t) in &tensors {
+            if !agentrl_model::weights::all_finite(t)? {
+                bail!(
+                    "refusing to save {}: optimizer state `{name}` holds NaN or infinite values",
+                    path.display()
+                );
+            }
+        }
         candle_core::safetensors::save(&tensors, path)
             .with_context(|| format!("writing optimizer state {}", path.display()))
     }
 
     /// Restores moments and step counter saved by [`AdamW::save`]; every variable must be
-    /// present with its shape.
+    /// present with its shape and finite.
     pub fn load(&mut self, path: &Path) -> anyhow::Result<()> {
         let device = self
             .slots
@@ -150,6 +160,9 @@ impl AdamW {
                         slot.name,
                         slot.var.dims()
                     );
+                }
+                if !agentrl_model::weights::all_finite(t)? {
+                    bail!("{}: `{key}` holds NaN or infinite values", path.display());
                 }
                 *target = t.to_dtype(slot.var.dtype())?;
             }

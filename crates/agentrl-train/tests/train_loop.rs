@@ -7,7 +7,7 @@ use agentrl_gym::{Split, TaskSet};
 use agentrl_rollout::EvalReport;
 use agentrl_train::config::{load_config, Config};
 use agentrl_train::recipes::rl::{StepRecord, Trainer};
-use agentrl_train::session::{run_session, SessionOptions};
+use agentrl_train::session::{run_session, Progress, SessionOptions};
 
 /// Copies `per_split` built-in tasks of each split into `dir` (a small task set).
 fn small_task_dir(dir: &Path, per_split: usize) -> anyhow::Result<()> {
@@ -55,8 +55,9 @@ fn config(root: &Path, tasks: &Path, name: &str, extra: &[&str]) -> anyhow::Resu
 
 fn quiet() -> SessionOptions {
     SessionOptions {
-        progress: false,
+        progress: Progress::Off,
         summary_evals: false,
+        stop: None,
     }
 }
 
@@ -159,7 +160,7 @@ fn a_resumed_run_ends_where_an_uninterrupted_one_ends() -> anyhow::Result<()> {
     trainer.log(&orphan)?;
     drop(trainer);
 
-    let resumed = Trainer::resume(&runs.join("split"))?;
+    let resumed = Trainer::resume(&runs.join("split"), &[])?;
     assert_eq!(resumed.state.step, 2);
     run_session(resumed, &quiet())?;
 
@@ -215,11 +216,17 @@ fn a_torn_checkpoint_write_does_not_break_resume() -> anyhow::Result<()> {
         b"xx",
     )?;
     std::fs::write(checkpoints.join(".latest.tmp-1"), b"step_0000")?;
-    let resumed = Trainer::resume(&run)?;
+    // The run is finished: extending it is the only resume.
+    let extend = ["train.steps=3".to_string()];
+    let resumed = Trainer::resume(&run, &extend)?;
     assert_eq!(resumed.state.step, 2);
+    // The leftovers of the killed write are gone once a writer holds the run.
+    assert!(!checkpoints.join(".partial-step_000003").exists());
+    assert!(!checkpoints.join(".latest.tmp-1").exists());
+    drop(resumed);
     // `latest` pointing at a checkpoint whose state file never landed falls back to step 1.
     std::fs::remove_file(checkpoints.join("step_000002/state.json"))?;
-    let resumed = Trainer::resume(&run)?;
+    let resumed = Trainer::resume(&run, &extend)?;
     assert_eq!(resumed.state.step, 1);
     Ok(())
 }

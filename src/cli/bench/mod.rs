@@ -16,6 +16,7 @@ pub struct BenchArgs {
 pub enum BenchTarget {
     /// Sandboxed test executions per second: fresh python3 per run vs the warm pool.
     Gym {
+        /// Print the result as JSON on stdout.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -23,6 +24,7 @@ pub enum BenchTarget {
     },
     /// Wall time of the default run to reach 90% hidden solve on train.
     Train {
+        /// Print the result as JSON on stdout.
         #[arg(long)]
         json: bool,
         /// Seed of the run (`train.seed`).
@@ -34,20 +36,25 @@ pub enum BenchTarget {
     },
     /// One TinyAgent training step: candle vs PyTorch eager, side by side.
     TrainStep {
+        /// Print the result as JSON on stdout.
         #[arg(long)]
         json: bool,
     },
     /// Qwen3 0.6B-shape scoring throughput: candle vs transformers, side by side.
     Qwen3 {
+        /// Print the result as JSON on stdout.
         #[arg(long)]
         json: bool,
         /// `config.json` of the shape (default: the shared Qwen3-0.6B config).
         #[arg(long)]
         config: Option<std::path::PathBuf>,
+        /// Sequences per forward pass.
         #[arg(long, default_value_t = 1)]
         batch: usize,
+        /// Tokens per sequence.
         #[arg(long, default_value_t = 128)]
         seq_len: usize,
+        /// Timed repetitions (the median is reported).
         #[arg(long, default_value_t = 3)]
         repeats: usize,
         /// torch threads for the transformers baseline.

@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use agentrl_train::config::load_config;
 use agentrl_train::recipes::rl::Trainer;
-use agentrl_train::session::{run_session, SessionOptions};
+use agentrl_train::session::{run_session, Progress, SessionOptions};
 
 const TARGET: f64 = 0.9;
 const EVAL_EVERY: usize = 2;
@@ -51,12 +51,17 @@ pub fn run(json: bool, extra_overrides: &[String]) -> anyhow::Result<()> {
     let outcome = run_session(
         trainer,
         &SessionOptions {
-            progress: !json,
+            progress: if json || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+                Progress::Off
+            } else {
+                Progress::Bar
+            },
             summary_evals: false,
+            stop: None,
         },
     )?;
     // Reload the run at its last checkpoint (where training stopped) for the heldout figures.
-    let trainer = Trainer::resume(std::path::Path::new(&outcome.run_dir))?;
+    let trainer = Trainer::open_for_eval(std::path::Path::new(&outcome.run_dir))?;
     let greedy = |split| trainer.evaluate(split, 1, 1, 0.0, u64::MAX - 4);
     let train = greedy(Split::Train)?;
     let heldout = greedy(Split::Heldout)?;

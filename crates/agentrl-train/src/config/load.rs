@@ -163,3 +163,86 @@ fn parse_override_value(text: &str) -> toml::Value {
         Err(_) => toml::Value::String(text.into()),
     }
 }
+
+/// The keys `--resume` may change: how long the run goes on, and how it evaluates, logs and
+/// checkpoints. Everything else shapes what the run has trained on so far, so changing it
+/// mid-run would make the run a mix of two configs.
+pub const RESUMABLE_KEYS: &[&str] = &[
+    "train.steps",
+    "train.eval_every",
+    "train.checkpoint_every",
+    "train.keep_checkpoints",
+    "train.episodes_every",
+    "train.stop_at_solve_rate",
+    "eval.samples",
+    "eval.temperature",
+];
+
+/// One `--set` applied on `--resume`: a line of the run's `config_changes.jsonl`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ConfigChange {
+    /// The step the run was resumed at.
+    pub at_step: usize,
+    pub key: String,
+    /// The values as TOML.
+    pub from: String,
+    pub to: String,
+}
+
+/// Applies `--set` overrides to a run's stored config (read from `origin`) for `--resume`:
+/// only [`RESUMABLE_KEYS`]; any other key is refused with the reason. Returns the new config
+/// and the changes (`at_step` left 0 for the caller to fill); a `--set` that repeats the
+/// stored value is no change.
+pub fn apply_resume_overrides(
+    config: &Config,
+    origin: &Path,
+    overrides: &[String],
+) -> anyhow::Result<(Config, Vec<ConfigChange>)> {
+    if overrides.is_empty() {
+        return Ok((config.clone(), Vec::new()));
+    }
+    let mut raw: toml::Table = toml::from_str(&config.to_toml()?)
+        .with_context(|| format!("re-reading the config of {}", origin.display()))?;
+    let before = raw.clone();
+    let mut keys = Vec::new();
+    for item in overrides {
+        let key = item
+            .split_once('=')
+            .map_or(item.as_str(), |(k, _)| k)
+            .trim();
+        if !RESUMABLE_KEYS.contains(&key) {
+            bail!(
+                "--set {item}: `{key}` cannot change on --resume: it shapes what the run has \
+                 trained on so far ({}). A resume may change {}; start a new run for \
+                 anything else",
+                origin.display(),
+                RESUMABLE_KEYS.join(", ")
+            );
+        }
+        let section = apply_override(&mut raw, item)?;
+        check_section(&raw, &section, std::slice::from_ref(&section))
+            .with_context(|| format!("--set {item}"))?;
+        if !keys.contains(&key.to_string()) {
+            keys.push(key.to_string());
+        }
+    }
+    let value_of = |table: &toml::Table, key: &str| -> String {
+        let (section, field) = key.split_once('.').unwrap_or((key, ""));
+        table
+            .get(section)
+            .and_then(|s| s.get(field))
+            .map_or("(unset)".to_string(), |v| v.to_string())
+    };
+    let changes = keys
+        .iter()
+        .map(|key| ConfigChange {
+            at_step: 0,
+            key: key.clone(),
+            from: value_of(&before, key),
+            to: value_of(&raw, key),
+        })
+        .filter(|c| c.from != c.to)
+        .collect();
+    let config = from_table(raw, format!("{} with --set", origin.display()))?;
+    Ok((config, changes))
+}

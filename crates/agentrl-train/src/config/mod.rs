@@ -11,7 +11,10 @@ pub mod load;
 pub mod schema;
 pub mod validate;
 
-pub use load::{apply_override, load_config, parse_config_file, DEFAULT_CONFIG_TOML};
+pub use load::{
+    apply_override, apply_resume_overrides, load_config, parse_config_file, ConfigChange,
+    DEFAULT_CONFIG_TOML, RESUMABLE_KEYS,
+};
 pub use schema::{
     AlgorithmConfig, Config, EvalConfig, ModelConfig, OptimConfig, RewardConfig, RewardKind,
     RolloutConfig, ScheduleKind, TrainConfig,

@@ -133,6 +133,9 @@ pub struct TrainConfig {
     pub eval_every: usize,
     /// Write a checkpoint every N steps (0 = only at the end).
     pub checkpoint_every: usize,
+    /// Keep the newest N checkpoints and delete older ones (0 = keep all). The last
+    /// checkpoint is always kept.
+    pub keep_checkpoints: usize,
     /// Write the sampled episodes of every N-th step to `episodes/` (0 = never).
     pub episodes_every: usize,
     /// Parent directory of run directories.

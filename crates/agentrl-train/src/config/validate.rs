@@ -14,6 +14,9 @@ pub struct Validation {
     pub warnings: Vec<String>,
 }
 
+/// `train.threads` above this many per core is refused: the pool would only contend.
+const MAX_THREADS_PER_CORE: usize = 4;
+
 fn positive_finite(x: f64) -> bool {
     x.is_finite() && x > 0.0
 }
@@ -28,7 +31,7 @@ impl Config {
             tasks_per_step: self.rollout.tasks_per_step,
         };
         let found = a.name.check(&a.knobs, shape, &a.overridden);
-        let (mut errors, warnings) = (found.errors, found.warnings);
+        let (mut errors, mut warnings) = (found.errors, found.warnings);
 
         if self.rollout.group_size == 0 || self.rollout.tasks_per_step == 0 {
             errors.push("rollout.group_size and rollout.tasks_per_step must be >= 1".into());
@@ -102,7 +105,40 @@ impl Config {
         if self.eval.samples == 0 {
             errors.push("eval.samples must be >= 1".into());
         }
+        let splits: Vec<&str> = agentrl_gym::Split::ALL.iter().map(|s| s.as_str()).collect();
+        if !splits.contains(&self.rollout.split.as_str()) {
+            errors.push(format!(
+                "rollout.split = {:?} is not a split; expected one of {}",
+                self.rollout.split,
+                splits.join(", ")
+            ));
+        }
+        if let Some(dir) = &self.rollout.tasks_dir {
+            if !std::path::Path::new(dir).is_dir() {
+                errors.push(format!(
+                    "rollout.tasks_dir = {dir:?} is not a directory (a folder of task folders)"
+                ));
+            }
+        }
         let t = &self.train;
+        if let Some(name) = &t.run_name {
+            if let Err(e) = agentrl_run::validate_run_name(name) {
+                errors.push(e);
+            }
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if t.threads > MAX_THREADS_PER_CORE * cores {
+            errors.push(format!(
+                "train.threads = {} is more than {MAX_THREADS_PER_CORE} per core on this \
+                 machine ({cores} cores); the compute pool would only contend (0 = one per core)",
+                t.threads
+            ));
+        } else if t.threads > cores {
+            warnings.push(format!(
+                "train.threads = {} is more than this machine's {cores} cores",
+                t.threads
+            ));
+        }
         if t.steps == 0 {
             errors.push("train.steps must be >= 1".into());
         }

@@ -30,7 +30,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::algo::{dapo, Algorithm, Knobs};
-use crate::config::{parse_config_file, Config};
+use crate::config::{apply_resume_overrides, parse_config_file, Config, ConfigChange};
 use crate::optim::{AdamW, AdamWParams};
 use crate::schedule::learning_rate;
 use crate::update::{supervised_update, update_with, BatchExtras, UpdateMetrics, UpdateSetup};
@@ -45,6 +45,10 @@ const STREAM_SHUFFLE: u64 = 0x7368_7566;
 const STREAM_EVAL: u64 = 0x6576_616c;
 const STREAM_WARMUP: u64 = 0x7761_726d;
 const STREAM_GREEDY: u64 = 0x6772_6479;
+
+/// Most episodes alive at once in one rollout (each holds a gym workspace on disk and a KV
+/// cache): larger steps and evaluations are sampled in chunks of whole groups.
+pub const MAX_LIVE_EPISODES: usize = 256;
 
 /// A generator for one purpose at one step: SplitMix64 over `(seed, step, purpose)`.
 pub fn stream(seed: u64, step: u64, purpose: u64) -> ChaCha8Rng {
@@ -114,41 +118,142 @@ pub struct Trainer {
 }
 
 impl Trainer {
-    /// A fresh run: validates the config, applies its thread count, creates the run directory
-    /// and writes the resolved config into it. Warnings from validation are returned for the
-    /// caller to show.
+    /// A fresh run: validates the config (sizes, the machine's memory, the tasks), applies
+    /// its thread count, then creates the run directory (locked for the trainer's life) and
+    /// writes the resolved config into it. Nothing is created for a config that cannot run.
+    /// Warnings from validation are returned for the caller to show.
     pub fn create(config: Config) -> anyhow::Result<(Self, Vec<String>)> {
-        let warnings = config.validated()?;
+        let mut warnings = config.validated()?;
+        let tasks = checked_tasks(&config)?;
+        warnings.extend(check_memory(&config)?);
         crate::threads::apply(config.threads())?;
         let run = RunDir::create(
             std::path::Path::new(&config.train.runs_root),
             config.train.run_name.as_deref(),
         )?;
         run.write_config(&config.to_toml()?)?;
-        let trainer = Self::build(config, run)?;
+        let trainer = Self::build(config, run, tasks)?;
         Ok((trainer, warnings))
     }
 
-    /// Continues the run in `path` from its newest complete checkpoint (or from scratch if it
-    /// has none), with the config stored in the run.
-    pub fn resume(path: &std::path::Path) -> anyhow::Result<Self> {
-        let run = RunDir::open(path)?;
-        let config = parse_config_file(&run.config_path())?;
-        config.validated()?;
+    /// Continues the run in `path` from its newest loadable checkpoint (or from scratch if it
+    /// has none), with the config stored in the run and the `overrides` (`--set`) that a
+    /// resume may change ([`crate::config::RESUMABLE_KEYS`]), each recorded in the run's
+    /// `config_changes.jsonl`. Takes the run's lock; refuses a finished run unless
+    /// `train.steps` is raised, and a config whose `train.steps` is below the checkpoint.
+    pub fn resume(path: &std::path::Path, overrides: &[String]) -> anyhow::Result<Self> {
+        let run = RunDir::open_for_writing(path)?;
+        let config_path = run.config_path();
+        let stored = parse_config_file(&config_path)?;
+        let (config, changes) = apply_resume_overrides(&stored, &config_path, overrides)?;
+        config
+            .validated()
+            .with_context(|| format!("the config of {}", config_path.display()))?;
+        let tasks = checked_tasks(&config)?;
+        check_memory(&config)?;
         crate::threads::apply(config.threads())?;
-        let mut trainer = Self::build(config, run)?;
-        if let Some((paths, state)) = trainer.run.latest_checkpoint()? {
-            trainer.policy.load(&paths.model)?;
-            trainer.optimizer.load(&paths.optimizer)?;
-            trainer.kl = kl_controller(&trainer.knobs, state.kl_coef)?;
-            trainer.state = state;
+        let mut trainer = Self::build(config, run, tasks)?;
+        trainer.load_newest_checkpoint()?;
+        let (step, steps) = (trainer.state.step, trainer.config.train.steps);
+        if step > steps {
+            bail!(
+                "{}: train.steps = {steps} is below the checkpoint's step {step}; raise it \
+                 (`--set train.steps=N`, N >= {step})",
+                config_path.display()
+            );
         }
-        let step = trainer.state.step;
+        if step == steps {
+            bail!(
+                "{} is finished ({step} of {steps} steps); nothing to resume. Extend it with \
+                 `agentrl train --resume {} --set train.steps=N` (N > {step}), or evaluate it \
+                 with `agentrl eval --run {}`",
+                trainer.run.root.display(),
+                trainer.run.root.display(),
+                trainer.run.root.display()
+            );
+        }
+        if !changes.is_empty() {
+            let changes: Vec<ConfigChange> = changes
+                .into_iter()
+                .map(|c| ConfigChange { at_step: step, ..c })
+                .collect();
+            trainer
+                .run
+                .change_config(&changes, &trainer.config.to_toml()?)?;
+        }
         trainer.run.truncate_metrics_after(step)?;
         Ok(trainer)
     }
 
-    fn build(config: Config, run: RunDir) -> anyhow::Result<Self> {
+    /// Opens the run in `path` to evaluate it: its newest loadable checkpoint (or the
+    /// untrained policy if it has none), read-only: no lock taken and no training file
+    /// touched, so it is safe on a live run.
+    pub fn open_for_eval(path: &std::path::Path) -> anyhow::Result<Self> {
+        let run = RunDir::open(path)?;
+        let config_path = run.config_path();
+        let config = parse_config_file(&config_path)?;
+        config
+            .validated()
+            .with_context(|| format!("the config of {}", config_path.display()))?;
+        let tasks = checked_tasks(&config)?;
+        crate::threads::apply(config.threads())?;
+        let mut trainer = Self::build(config, run, tasks)?;
+        trainer.load_newest_checkpoint()?;
+        Ok(trainer)
+    }
+
+    /// Loads the newest checkpoint whose files load (finite weights of the right shapes, an
+    /// optimizer state that matches), falling back to older ones past a torn or corrupt
+    /// file; fails, naming each, when checkpoints exist but none loads.
+    fn load_newest_checkpoint(&mut self) -> anyhow::Result<()> {
+        let candidates = self.run.checkpoints()?;
+        let mut failures = Vec::new();
+        for (paths, state) in candidates {
+            if state.seed != self.config.train.seed {
+                failures.push(format!(
+                    "{}: seed {} is not the run's train.seed = {}",
+                    paths.state.display(),
+                    state.seed,
+                    self.config.train.seed
+                ));
+                continue;
+            }
+            let loaded = self
+                .policy
+                .load(&paths.model)
+                .with_context(|| format!("loading {}", paths.model.display()))
+                .and_then(|()| {
+                    self.optimizer
+                        .load(&paths.optimizer)
+                        .with_context(|| format!("loading {}", paths.optimizer.display()))
+                });
+            match loaded {
+                Ok(()) => {
+                    if !failures.is_empty() {
+                        tracing::warn!(
+                            "fell back to {}: {}",
+                            paths.dir.display(),
+                            failures.join("; ")
+                        );
+                    }
+                    self.kl = kl_controller(&self.knobs, state.kl_coef)?;
+                    self.state = state;
+                    return Ok(());
+                }
+                Err(err) => failures.push(format!("{err:#}")),
+            }
+        }
+        if !failures.is_empty() {
+            bail!(
+                "no checkpoint of {} loads:\n  - {}",
+                self.run.root.display(),
+                failures.join("\n  - ")
+            );
+        }
+        Ok(())
+    }
+
+    fn build(config: Config, run: RunDir, tasks: TaskSet) -> anyhow::Result<Self> {
         let algorithm = config.algorithm.name;
         let knobs = config.algorithm.knobs.clone();
         // TinyAgent trains on the CPU: at its size, a GPU round trip per decoding step costs
@@ -187,7 +292,7 @@ impl Trainer {
                 weight_decay: config.optim.weight_decay,
             },
         )?;
-        let tasks = Arc::new(load_tasks(&config)?);
+        let tasks = Arc::new(tasks);
         let split = parse_split(&config.rollout.split)?;
         let train_ids: Vec<String> = tasks
             .split_checked(split)?
@@ -231,6 +336,11 @@ impl Trainer {
     /// The TinyAgent inside the policy.
     pub fn model(&self) -> &TinyAgent {
         self.policy.inner()
+    }
+
+    /// Number of tasks in `split` (0 for a task folder without that split).
+    pub fn split_len(&self, split: Split) -> usize {
+        self.tasks.split(split).len()
     }
 
     /// Tasks of training step `step`: consecutive slices of per-epoch permutations of the
@@ -285,7 +395,42 @@ impl Trainer {
     /// Samples `group_size` episodes of each task with the current policy through the local
     /// engine; with `shuffle_candidates`, each episode sees the task's candidates in a fresh
     /// order (training only, see `agentrl_rollout::shuffle`).
+    ///
+    /// At most [`MAX_LIVE_EPISODES`] episodes (workspaces, KV caches) live at once: larger
+    /// requests are sampled in chunks of whole groups, a group larger than the bound in
+    /// pieces. Requests within the bound (the default run) are sampled in one go.
     fn sample(
+        &self,
+        task_ids: &[String],
+        group_size: usize,
+        sampling: &SamplingParams,
+        shuffle_candidates: bool,
+        rng: &mut ChaCha8Rng,
+    ) -> anyhow::Result<Vec<Episode>> {
+        if task_ids.len() * group_size <= MAX_LIVE_EPISODES {
+            return self.sample_live(task_ids, group_size, sampling, shuffle_candidates, rng);
+        }
+        let mut out = Vec::with_capacity(task_ids.len() * group_size);
+        let per_chunk = (MAX_LIVE_EPISODES / group_size).max(1);
+        for (c, chunk) in task_ids.chunks(per_chunk).enumerate() {
+            let first_group = c * per_chunk;
+            let mut left = group_size;
+            while left > 0 {
+                // A group larger than the bound (then the chunk is one task) in pieces.
+                let n = left.min(MAX_LIVE_EPISODES);
+                let mut episodes = self.sample_live(chunk, n, sampling, shuffle_candidates, rng)?;
+                for ep in &mut episodes {
+                    ep.group_id += first_group as u32;
+                }
+                out.extend(episodes);
+                left -= n;
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`Self::sample`] with every episode alive at once.
+    fn sample_live(
         &self,
         task_ids: &[String],
         group_size: usize,
@@ -590,11 +735,12 @@ impl Trainer {
 
     /// Writes a checkpoint of the current step (model, optimizer, state), atomically.
     pub fn checkpoint(&self) -> anyhow::Result<std::path::PathBuf> {
-        self.run.save_checkpoint(&self.state, |paths| {
-            write_atomic_with(&paths.model, |tmp| self.policy.save(tmp))?;
-            write_atomic_with(&paths.optimizer, |tmp| self.optimizer.save(tmp))?;
-            Ok(())
-        })
+        self.run
+            .save_checkpoint(&self.state, self.config.train.keep_checkpoints, |paths| {
+                write_atomic_with(&paths.model, |tmp| self.policy.save(tmp))?;
+                write_atomic_with(&paths.optimizer, |tmp| self.optimizer.save(tmp))?;
+                Ok(())
+            })
     }
 
     /// Evaluates the current policy on `split`: `samples` episodes per task at `temperature`
@@ -615,7 +761,14 @@ impl Trainer {
             .map(|t| t.id.clone())
             .collect();
         if ids.is_empty() {
-            bail!("split {split} has no tasks");
+            bail!(
+                "split {split} has no tasks in {}",
+                self.config
+                    .rollout
+                    .tasks_dir
+                    .as_deref()
+                    .unwrap_or("the built-in tasks")
+            );
         }
         let sampling = SamplingParams {
             temperature,
@@ -635,6 +788,7 @@ impl Trainer {
             &ids,
             samples,
             k,
+            MAX_LIVE_EPISODES,
             &mut |n| self.envs(n),
             &mut rng,
         )
@@ -709,4 +863,86 @@ pub fn parse_split(name: &str) -> anyhow::Result<Split> {
         .with_context(|| {
             format!("unknown split {name:?}; expected one of train, heldout, heldout-family")
         })
+}
+
+/// Loads the run's tasks and checks that the training split has some (before anything is
+/// created on disk).
+fn checked_tasks(config: &Config) -> anyhow::Result<TaskSet> {
+    let tasks = load_tasks(config)?;
+    let split = parse_split(&config.rollout.split)?;
+    if tasks.split(split).is_empty() {
+        bail!(
+            "rollout.split = {:?} has no tasks in {}",
+            config.rollout.split,
+            config
+                .rollout
+                .tasks_dir
+                .as_deref()
+                .map_or("the built-in tasks".to_string(), |d| format!(
+                    "rollout.tasks_dir = {d}"
+                ))
+        );
+    }
+    Ok(tasks)
+}
+
+/// A step's peak memory, estimated from the config (bytes): the update's batched forward and
+/// backward over every kept episode (logits and log-softmax over the vocabulary, per-layer
+/// activations, attention maps; divided among minibatches), the live rollout episodes (KV
+/// cache and gym workspace, at most [`MAX_LIVE_EPISODES`]) and every episode's record. An
+/// upper bound calibrated on the default run (about 6 MB per episode measured, 10 estimated).
+pub fn estimate_step_bytes(config: &Config, vocab: usize) -> f64 {
+    let m = &config.model;
+    let episodes = (config.rollout.tasks_per_step * config.rollout.group_size) as f64;
+    let t = m.max_seq as f64;
+    let per_update_episode = 4.0
+        * t
+        * (4.0 * vocab as f64
+            + 16.0 * (m.d_model * m.layers) as f64
+            + 3.0 * (m.heads * m.layers) as f64 * t);
+    let minibatches = config.algorithm.knobs.minibatches.max(1) as f64;
+    let update = episodes / minibatches.min(episodes.max(1.0)) * per_update_episode;
+    let per_live_episode = 4.0 * t * (2 * m.d_model * m.layers) as f64 + 256.0 * 1024.0;
+    let live = episodes.min(MAX_LIVE_EPISODES as f64) * per_live_episode;
+    let records = episodes * t * 32.0;
+    let weights =
+        3.0 * 4.0 * (vocab * m.d_model * 2 + 12 * m.d_model * m.d_model * m.layers) as f64;
+    update + live + records + weights
+}
+
+/// Available memory (Linux `MemAvailable`), bytes; `None` where unknown.
+fn available_memory() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024.0)
+}
+
+/// Refuses a config whose estimated step memory ([`estimate_step_bytes`]) exceeds the
+/// machine's available memory; warns above half of it.
+fn check_memory(config: &Config) -> anyhow::Result<Vec<String>> {
+    let vocab = tiny_codec(config.rollout.max_action_tokens).vocab().len();
+    let need = estimate_step_bytes(config, vocab);
+    let gb = |b: f64| b / 1e9;
+    let shape = format!(
+        "rollout.tasks_per_step = {} x rollout.group_size = {} episodes of up to \
+         model.max_seq = {} tokens",
+        config.rollout.tasks_per_step, config.rollout.group_size, config.model.max_seq
+    );
+    match available_memory() {
+        Some(have) if need > have => bail!(
+            "a training step would need about {:.1} GB of memory ({shape}) and this machine \
+             has {:.1} GB available; lower rollout.tasks_per_step or rollout.group_size, or \
+             raise algorithm.minibatches",
+            gb(need),
+            gb(have)
+        ),
+        Some(have) if need > have / 2.0 => Ok(vec![format!(
+            "a training step may need about {:.1} GB of memory ({shape}), more than half of \
+             the {:.1} GB available",
+            gb(need),
+            gb(have)
+        )]),
+        _ => Ok(Vec::new()),
+    }
 }
