@@ -21,6 +21,8 @@
 //!
 //! It holds no tensors and no model weights.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod assets;
 pub mod chat_codec;
 pub mod codec;

@@ -20,6 +20,8 @@
 //!
 //! Not here: chat templates and tool-call parsing (`agentrl-chat`), models (`agentrl-model`).
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use serde::{Deserialize, Serialize};
 
 pub mod local;

@@ -11,14 +11,19 @@
 //! pristine harness, one process per hidden case, tamper check) → [`check`] (trusted-side
 //! comparison of what a case returned with its expectation) → [`reward`] (`RewardFn`).
 //! [`render`] turns observations into chat text or TinyAgent symbols; [`validate`] checks task
-//! folders and measures a random policy; [`cli`] is `agentrl gym …`.
+//! folders and measures a random policy. With the `cli` feature, `cli` is `agentrl gym …` and
+//! `bench` is `agentrl bench gym` (the library itself takes no flags and needs no clap).
 //!
 //! This crate sits at the start of the data flow (`TaskSet → Env::reset → Observation →
 //! ToolCall → Env::step → Reward`) and has no tensor stack: it builds and tests on its own.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+#[cfg(feature = "cli")]
 pub mod bench;
 mod builtin;
 pub mod check;
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod env;
 pub mod harness;

@@ -14,7 +14,9 @@ Expected outcomes are computed by running the reference fix; every task is self-
 (buggy fails a hidden case, reference passes everything, the hack decoy passes the public
 tests but fails a hidden case, every decoy fails a hidden case) before anything is written.
 
-Run: python3 crates/agentrl-gym/tasks/generate.py
+Run: python3 crates/agentrl-gym/tasks/generate.py [--out DIR] [--jobs N]
+(`--out` writes elsewhere, e.g. for the CI check that this script still reproduces
+`builtin/` byte for byte; tasks are built on N threads, the output does not depend on N).
 """
 
 import json
@@ -790,16 +792,28 @@ def build_task(family, make, v):
 
 
 def main():
+    import argparse
+    from concurrent.futures import ThreadPoolExecutor
+
+    global OUT
+    parser = argparse.ArgumentParser(description="Generate the built-in BugFix tasks.")
+    parser.add_argument("--out", default=OUT, help="output folder (default: builtin/ here)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args()
+    OUT = os.path.abspath(args.out)
     if os.path.isdir(OUT):
         shutil.rmtree(OUT)
     os.makedirs(OUT)
     counts = {}
     hacks = 0
-    for family, make in FAMILIES:
-        for v in range(VARIANTS):
-            task_id, split, has_hack = build_task(family, make, v)
-            counts[split] = counts.get(split, 0) + 1
-            hacks += has_hack
+    work = [(family, make, v) for family, make in FAMILIES for v in range(VARIANTS)]
+    # Each task is deterministic on its own (its own seeded shuffle, its own subprocesses),
+    # so building them on threads changes nothing in the output.
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        results = list(pool.map(lambda w: build_task(*w), work))
+    for task_id, split, has_hack in results:
+        counts[split] = counts.get(split, 0) + 1
+        hacks += has_hack
     total = sum(counts.values())
     print(f"wrote {total} tasks to {OUT}: {counts}; {hacks} with a public-passing hack decoy")
 

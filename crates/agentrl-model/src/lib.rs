@@ -6,6 +6,8 @@
 //! values out; no gym, no chat formats, no sampling: this crate never depends on
 //! `agentrl-chat`.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod constrained;
 pub mod fused;
 pub mod lora;

@@ -115,6 +115,8 @@
 //!   `ρ = π_train/π_rollout`; verl's `k1` rejection strings bound `π_rollout/π_train`. Both exist
 //!   and are named so: the verl strings ([`RolloutCorrectionConfig`]) keep verl's meaning.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod advantages;
 pub mod aggregation;
 pub mod beyond;

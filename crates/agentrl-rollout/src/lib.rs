@@ -9,6 +9,8 @@
 //! Not here: the losses and the optimizer (`agentrl-train`, `agentrl-rl`), models
 //! (`agentrl-model`), how a token is drawn (`agentrl-engine`).
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod batch;
 pub mod driver;
 pub mod episode;

@@ -9,6 +9,8 @@
 //! Where it sits: at the end of the data flow. The trainer (`agentrl-train`) writes here;
 //! evaluation, the dashboard and the doctor read from here.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod run_dir;
 
 pub use run_dir::{

@@ -12,6 +12,8 @@
 //! presets, not the other way round); the update and evaluation are generic over
 //! `agentrl_model::Policy`; [`threads`] is the only place that sets process-wide state.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod algo;
 pub mod config;
 pub mod optim;

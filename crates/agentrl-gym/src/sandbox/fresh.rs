@@ -61,9 +61,12 @@ fn pipe_high() -> Result<(OwnedFd, OwnedFd), SandboxError> {
         // SAFETY: fresh descriptor.
         out.push(unsafe { OwnedFd::from_raw_fd(high) });
     }
-    let write = out.pop().expect("two fds");
-    let read = out.pop().expect("two fds");
-    Ok((read, write))
+    match (out.pop(), out.pop()) {
+        (Some(write), Some(read)) => Ok((read, write)),
+        _ => Err(io_error("pipe2")(std::io::Error::other(
+            "a pipe did not yield two descriptors",
+        ))),
+    }
 }
 
 fn set_rlimit(resource: libc::__rlimit_resource_t, value: u64) -> std::io::Result<()> {

@@ -16,7 +16,9 @@ use crate::fused;
 /// `x [N, in] @ w[out, in]^T`, on a 2-D view so candle runs one GEMM for the whole batch.
 pub(super) fn dense(x: &Tensor, w: &Tensor) -> candle_core::Result<Tensor> {
     let dims = x.dims().to_vec();
-    let (last, lead) = dims.split_last().expect("dense input has at least one dim");
+    let Some((last, lead)) = dims.split_last() else {
+        candle_core::bail!("dense: the input is a scalar, not a batch of vectors");
+    };
     let rows: usize = lead.iter().product();
     let out = w.dim(0)?;
     let y = x.reshape((rows, *last))?.matmul(&w.t()?)?;
