@@ -17,10 +17,12 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-/// Wraps an env; each `reset` draws a new permutation from its own seeded stream.
+/// Wraps an env; each `reset` draws a new permutation from its own seeded stream (or, made
+/// with [`ShuffledCandidates::unshuffled`], keeps the gym's order).
 pub struct ShuffledCandidates<E> {
     inner: E,
-    rng: ChaCha8Rng,
+    /// `None`: the identity order (evaluation).
+    rng: Option<ChaCha8Rng>,
     /// `shown[j]` = real index of the candidate shown at position `j` this episode.
     shown: Vec<usize>,
 }
@@ -29,7 +31,17 @@ impl<E: Env> ShuffledCandidates<E> {
     pub fn new(inner: E, seed: u64) -> Self {
         Self {
             inner,
-            rng: ChaCha8Rng::seed_from_u64(seed),
+            rng: Some(ChaCha8Rng::seed_from_u64(seed)),
+            shown: Vec::new(),
+        }
+    }
+
+    /// The env as it is: candidates in the gym's order, so one env type serves training and
+    /// evaluation.
+    pub fn unshuffled(inner: E) -> Self {
+        Self {
+            inner,
+            rng: None,
             shown: Vec::new(),
         }
     }
@@ -73,7 +85,9 @@ impl<E: Env> Env for ShuffledCandidates<E> {
                 candidates,
             } => {
                 self.shown = (0..candidates.len()).collect();
-                self.shown.shuffle(&mut self.rng);
+                if let Some(rng) = &mut self.rng {
+                    self.shown.shuffle(rng);
+                }
                 let candidates = self.shown.iter().map(|&r| candidates[r].clone()).collect();
                 Observation::Task {
                     task_id,

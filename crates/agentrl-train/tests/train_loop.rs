@@ -3,35 +3,17 @@
 
 use std::path::{Path, PathBuf};
 
-use agentrl_gym::{Split, TaskSet};
+use agentrl_gym::Split;
 use agentrl_rollout::EvalReport;
 use agentrl_train::config::{load_config, Config};
 use agentrl_train::recipes::rl::{StepRecord, Trainer};
 use agentrl_train::session::{run_session, Progress, SessionOptions};
 
+mod common;
+
 /// Copies `per_split` built-in tasks of each split into `dir` (a small task set).
 fn small_task_dir(dir: &Path, per_split: usize) -> anyhow::Result<()> {
-    let tasks = TaskSet::builtin()?;
-    for split in Split::ALL {
-        for task in tasks.split(split).iter().take(per_split) {
-            copy_dir(&task.dir, &dir.join(&task.id))?;
-        }
-    }
-    Ok(())
-}
-
-fn copy_dir(from: &Path, to: &Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            copy_dir(&entry.path(), &target)?;
-        } else {
-            std::fs::copy(entry.path(), target)?;
-        }
-    }
-    Ok(())
+    common::task_dir(dir, [per_split; 3])
 }
 
 fn config(root: &Path, tasks: &Path, name: &str, extra: &[&str]) -> anyhow::Result<Config> {

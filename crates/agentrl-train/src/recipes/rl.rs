@@ -442,30 +442,22 @@ impl Trainer {
         engine.sync_weights(&WeightSync::Shared {
             version: self.state.step as u64,
         })?;
-        let envs = self.envs(task_ids.len() * group_size);
-        let limits = self.rollout_limits();
-        if shuffle_candidates {
-            let mut envs: Vec<ShuffledCandidates<BugFixEnv>> = envs
-                .into_iter()
-                .map(|env| ShuffledCandidates::new(env, rng.random()))
-                .collect();
-            return run_groups(
-                &mut engine,
-                &self.codec,
-                sampling,
-                &limits,
-                &mut envs,
-                task_ids,
-                group_size,
-                rng,
-            );
-        }
-        let mut envs = envs;
+        let mut envs: Vec<ShuffledCandidates<BugFixEnv>> = self
+            .envs(task_ids.len() * group_size)
+            .into_iter()
+            .map(|env| {
+                if shuffle_candidates {
+                    ShuffledCandidates::new(env, rng.random())
+                } else {
+                    ShuffledCandidates::unshuffled(env)
+                }
+            })
+            .collect();
         run_groups(
             &mut engine,
             &self.codec,
             sampling,
-            &limits,
+            &self.rollout_limits(),
             &mut envs,
             task_ids,
             group_size,
