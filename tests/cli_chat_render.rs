@@ -87,3 +87,31 @@ fn chat_render_names_a_missing_model_folder() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("/nonexistent/model-dir"), "{stderr}");
 }
+
+#[test]
+fn an_unknown_chat_role_is_an_error_naming_the_message() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let messages = dir.path().join("m.json");
+    std::fs::write(
+        &messages,
+        r#"[{"role": "user", "content": "hi"}, {"role": "narrator", "content": "x"}]"#,
+    )
+    .expect("write");
+    let output = Command::new(env!("CARGO_BIN_EXE_agentrl"))
+        .args([
+            "chat",
+            "render",
+            "--model",
+            "/nonexistent/model-dir",
+            "--messages",
+        ])
+        .arg(&messages)
+        .output()
+        .expect("agentrl runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("message 1") && stderr.contains("narrator"),
+        "{stderr}"
+    );
+}

@@ -52,10 +52,11 @@ pub fn chat(args: ChatArgs) -> anyhow::Result<()> {
 }
 
 fn render(args: RenderArgs) -> anyhow::Result<()> {
+    // The conversation first: its errors are the user's, and cheap to find.
+    let (messages, mut tools) = read_conversation(&args.messages)?;
     let dir = resolve_model_dir(&args.model)?;
     let tokenizer = QwenTokenizer::from_dir(&dir)?;
     let template = ChatTemplate::from_model_dir(&dir)?;
-    let (messages, mut tools) = read_conversation(&args.messages)?;
     if let Some(path) = &args.tools {
         tools = Some(read_json_list(&read_json(path)?, path, "tools")?);
     }
@@ -77,7 +78,9 @@ pub(crate) fn read_conversation(
 ) -> anyhow::Result<(Vec<serde_json::Value>, Option<Vec<serde_json::Value>>)> {
     let value = read_json(path)?;
     if value.is_array() {
-        return Ok((read_json_list(&value, path, "the message list")?, None));
+        let messages = read_json_list(&value, path, "the message list")?;
+        check_roles(&messages, path)?;
+        return Ok((messages, None));
     }
     let messages = value.get("messages").with_context(|| {
         format!(
@@ -86,11 +89,36 @@ pub(crate) fn read_conversation(
         )
     })?;
     let messages = read_json_list(messages, path, "messages")?;
+    check_roles(&messages, path)?;
     let tools = match value.get("tools") {
         None | Some(serde_json::Value::Null) => None,
         Some(tools) => Some(read_json_list(tools, path, "tools")?),
     };
     Ok((messages, tools))
+}
+
+/// The roles a chat template renders. Any other role would render as nothing at all (the
+/// template has no branch for it), so it is an error naming the message.
+const ROLES: [&str; 4] = ["system", "user", "assistant", "tool"];
+
+fn check_roles(messages: &[serde_json::Value], path: &Path) -> anyhow::Result<()> {
+    for (i, message) in messages.iter().enumerate() {
+        let role = message.get("role").and_then(|r| r.as_str());
+        match role {
+            Some(r) if ROLES.contains(&r) => {}
+            Some(r) => anyhow::bail!(
+                "{}: message {i} has role {r:?}; the roles are {}",
+                path.display(),
+                ROLES.join(", ")
+            ),
+            None => anyhow::bail!(
+                "{}: message {i} has no string `role` (one of {})",
+                path.display(),
+                ROLES.join(", ")
+            ),
+        }
+    }
+    Ok(())
 }
 
 fn read_json(path: &Path) -> anyhow::Result<serde_json::Value> {

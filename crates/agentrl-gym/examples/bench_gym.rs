@@ -1,9 +1,7 @@
 //! `agentrl bench gym` without the root binary (which builds the tensor stack):
 //! `cargo run --release -p agentrl-gym --example bench_gym -- [--json]`.
 
-use agentrl_gym::cli::TasksDirArg;
-
 fn main() -> anyhow::Result<()> {
     let json = std::env::args().skip(1).any(|a| a == "--json");
-    agentrl_gym::bench::run(json, &TasksDirArg { tasks_dir: None })
+    agentrl_gym::bench::run(json)
 }

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use serde::Serialize;
 
-use crate::cli::TasksDirArg;
 use crate::sandbox::{Executor, FreshExecutor, Job, Limits, PoolExecutor, Termination};
 
 /// How long each executor is measured.
@@ -154,13 +153,9 @@ fn measure(
     Ok((jobs as f64 / start.elapsed().as_secs_f64(), jobs))
 }
 
-pub fn run(json: bool, tasks: &TasksDirArg) -> anyhow::Result<()> {
-    if let Some(dir) = &tasks.tasks_dir {
-        eprintln!(
-            "note: the bench runs its built-in representative test job; {} is not used",
-            dir.display()
-        );
-    }
+/// `agentrl bench gym`: the bench runs its own representative test job, so it takes no task
+/// folder.
+pub fn run(json: bool) -> anyhow::Result<()> {
     let workers = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(2)

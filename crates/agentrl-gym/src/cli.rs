@@ -104,10 +104,7 @@ pub enum GymCommand {
         tasks: TasksDirArg,
     },
     /// Which sandbox layers are active on this machine.
-    SandboxInfo {
-        #[command(flatten)]
-        tasks: TasksDirArg,
-    },
+    SandboxInfo,
 }
 
 /// Runs a gym command. A closed stdout (`agentrl gym list | head`) ends it quietly.
@@ -131,15 +128,37 @@ fn run_command(args: GymArgs) -> anyhow::Result<()> {
             let tasks = tasks.load_report()?;
             report_broken(&tasks);
             let split = split.map(|s| s.parse::<Split>()).transpose()?;
-            for task in tasks
+            let shown: Vec<_> = tasks
                 .tasks()
                 .iter()
                 .filter(|t| split.is_none_or(|s| t.split == s))
-            {
+                .collect();
+            let width = |f: &dyn Fn(&crate::Task) -> usize, title: &str| {
+                shown
+                    .iter()
+                    .map(|t| f(t))
+                    .max()
+                    .unwrap_or(0)
+                    .max(title.len())
+            };
+            let (w_id, w_family, w_split) = (
+                width(&|t| t.id.len(), "id"),
+                width(&|t| t.family.len(), "family"),
+                width(&|t| t.split.as_str().len(), "split"),
+            );
+            writeln!(
+                stdout,
+                "{:<w_id$}  {:<w_family$}  {:<w_split$}  prompt",
+                "id", "family", "split"
+            )?;
+            for task in shown {
                 writeln!(
                     stdout,
-                    "{:<20} {:<14} {:<15} {}",
-                    task.id, task.family, task.split, task.prompt
+                    "{:<w_id$}  {:<w_family$}  {:<w_split$}  {}",
+                    task.id,
+                    task.family,
+                    task.split.as_str(),
+                    task.prompt
                 )?;
             }
             Ok(())
@@ -161,6 +180,15 @@ fn run_command(args: GymArgs) -> anyhow::Result<()> {
                 )?;
                 for (name, content) in &task.visible {
                     writeln!(stdout, "--- {name}\n{content}")?;
+                }
+                let candidates = task.candidate_edits();
+                if candidates.is_empty() {
+                    writeln!(stdout, "candidates: none (edit the files free-form)")?;
+                } else {
+                    writeln!(stdout, "candidates (`edit K` applies candidate K):")?;
+                    for (k, c) in candidates.iter().enumerate() {
+                        writeln!(stdout, "  {k}: in {}: `{}` -> `{}`", c.path, c.old, c.new)?;
+                    }
                 }
             }
             Ok(())
@@ -284,7 +312,7 @@ fn run_command(args: GymArgs) -> anyhow::Result<()> {
             writeln!(stdout, "{}", serde_json::to_string_pretty(&baseline)?)?;
             Ok(())
         }
-        GymCommand::SandboxInfo { .. } => {
+        GymCommand::SandboxInfo => {
             write!(stdout, "{}", sandbox_info_report())?;
             Ok(())
         }
@@ -349,9 +377,13 @@ pub fn play(
     let first = env.reset(id)?;
     writeln!(output, "{}", render_text(&first))?;
     writeln!(output, "Type: read PATH | test | edit K | edit {{JSON}} | submit | exploit | {{\"name\":..,\"arguments\":..}}")?;
+    write!(output, "> ")?;
+    output.flush()?;
     for line in input.lines() {
         let line = line?;
         if line.trim().is_empty() {
+            write!(output, "> ")?;
+            output.flush()?;
             continue;
         }
         let step = env.step(&parse_typed(&line))?;
@@ -359,6 +391,8 @@ pub fn play(
         if step.done {
             return Ok(());
         }
+        write!(output, "> ")?;
+        output.flush()?;
     }
     writeln!(output, "(input ended without submit)")?;
     Ok(())

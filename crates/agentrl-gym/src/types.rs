@@ -229,7 +229,7 @@ impl ErrorKind {
         match self {
             ErrorKind::Malformed => "MALFORMED",
             ErrorKind::UnknownTool => "UNKNOWN_TOOL",
-            ErrorKind::BadArguments => "BAD_ARGS",
+            ErrorKind::BadArguments => "BAD_ARGUMENTS",
             ErrorKind::BadPath => "BAD_PATH",
             ErrorKind::NotFound => "NOT_FOUND",
             ErrorKind::Ambiguous => "AMBIGUOUS",

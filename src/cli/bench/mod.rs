@@ -19,8 +19,6 @@ pub enum BenchTarget {
         /// Print the result as JSON on stdout.
         #[arg(long)]
         json: bool,
-        #[command(flatten)]
-        tasks: agentrl_gym::cli::TasksDirArg,
     },
     /// Wall time of the default run to reach 90% hidden solve on train.
     Train {
@@ -65,7 +63,7 @@ pub enum BenchTarget {
 
 pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
     match args.target {
-        BenchTarget::Gym { json, tasks } => agentrl_gym::bench::run(json, &tasks),
+        BenchTarget::Gym { json } => agentrl_gym::bench::run(json),
         BenchTarget::Train { json, seed, set } => {
             let mut overrides: Vec<String> = seed
                 .map(|s| format!("train.seed={s}"))
