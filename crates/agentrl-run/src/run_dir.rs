@@ -154,7 +154,7 @@ impl RunLock {
             .truncate(false)
             .open(&path)
             .with_context(|| format!("opening the lock file {}", path.display()))?;
-        if !try_lock_exclusive(&file).with_context(|| format!("locking {}", path.display()))? {
+        if !lock_with_grace(&file).with_context(|| format!("locking {}", path.display()))? {
             let mut holder = String::new();
             let _ = file.read_to_string(&mut holder);
             let holder = match holder.trim() {
@@ -174,6 +174,29 @@ impl RunLock {
             .and_then(|()| file.flush())
             .with_context(|| format!("writing the pid to {}", path.display()))?;
         Ok(Self { _file: file })
+    }
+}
+
+/// How long a busy lock is retried before the run counts as in use.
+///
+/// Why a grace period: an `flock` belongs to an open file description, and every child this
+/// process forks holds a copy of every descriptor between its `fork` and its `exec` (close-on-
+/// exec closes them only at the `exec`). The gym's sandbox forks jobs all the time, so a lock
+/// just released by this process can stay held for the few milliseconds a child takes to
+/// reach `exec`. A real second writer holds its lock for the life of its run, far longer.
+const LOCK_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// [`try_lock_exclusive`], retried for [`LOCK_GRACE`].
+fn lock_with_grace(file: &File) -> std::io::Result<bool> {
+    let started = std::time::Instant::now();
+    loop {
+        if try_lock_exclusive(file)? {
+            return Ok(true);
+        }
+        if started.elapsed() >= LOCK_GRACE {
+            return Ok(false);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
 
