@@ -36,6 +36,6 @@ pub mod validate;
 pub mod verify;
 
 pub use env::{BugFixEnv, EnvConfig, GymError, OutcomeCache};
-pub use reward::RewardFn;
+pub use reward::{RewardFn, RewardKind};
 pub use task::{Split, Task, TaskSet};
 pub use types::*;

@@ -273,7 +273,7 @@ fn exploit_passes_public_fails_hidden_and_is_flagged() {
     assert_eq!(reward.score, 0.0);
 
     let mut hackable = env_with(EnvConfig {
-        reward: agentrl_gym::RewardFn::PublicPass,
+        reward: agentrl_gym::RewardFn::of(agentrl_gym::RewardKind::Public),
         ..EnvConfig::default()
     });
     hackable.reset(TASK).unwrap();

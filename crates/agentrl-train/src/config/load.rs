@@ -8,8 +8,7 @@ use anyhow::{bail, Context};
 use serde::Deserialize;
 
 use super::schema::{
-    AlgorithmConfig, Config, EvalConfig, ModelConfig, OptimConfig, RewardConfig, RolloutConfig,
-    TrainConfig,
+    AlgorithmConfig, Config, EvalConfig, ModelConfig, OptimConfig, RolloutConfig, TrainConfig,
 };
 
 /// `configs/default.toml`: the base every config file is layered on, the whole config of
@@ -97,7 +96,7 @@ fn check_section(raw: &toml::Table, section: &str, known: &[String]) -> anyhow::
         "optim" => OptimConfig::deserialize(value).map(drop),
         "rollout" => RolloutConfig::deserialize(value).map(drop),
         "train" => TrainConfig::deserialize(value).map(drop),
-        "reward" => RewardConfig::deserialize(value).map(drop),
+        "reward" => agentrl_gym::RewardFn::deserialize(value).map(drop),
         "eval" => EvalConfig::deserialize(value).map(drop),
         _ => Ok(()),
     };

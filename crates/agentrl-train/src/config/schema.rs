@@ -23,7 +23,8 @@ pub struct Config {
     pub optim: OptimConfig,
     pub rollout: RolloutConfig,
     pub train: TrainConfig,
-    pub reward: RewardConfig,
+    /// The training reward: the gym's reward function (`kind`, `format_penalty`).
+    pub reward: agentrl_gym::RewardFn,
     pub eval: EvalConfig,
 }
 
@@ -152,46 +153,6 @@ pub struct TrainConfig {
     /// Learning rate of the format warm-up steps (constant; `optim.lr` and its schedule take
     /// over for RL).
     pub format_warmup_lr: f64,
-}
-
-/// Which verdict becomes the training reward.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum RewardKind {
-    /// 1 if every hidden test passes (the verifier; cannot be gamed).
-    Hidden,
-    /// 1 if the workspace's public tests pass (trusts the workspace: hackable on purpose).
-    Public,
-    /// Fraction of hidden tests passed.
-    Fraction,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RewardConfig {
-    pub kind: RewardKind,
-    /// Subtracted from the score per malformed action.
-    pub format_penalty: f64,
-}
-
-impl RewardConfig {
-    /// The gym's reward function this section describes.
-    pub fn reward_fn(&self) -> agentrl_gym::RewardFn {
-        use agentrl_gym::RewardFn;
-        let base = match self.kind {
-            RewardKind::Hidden => RewardFn::HiddenPass,
-            RewardKind::Public => RewardFn::PublicPass,
-            RewardKind::Fraction => RewardFn::FractionPassed,
-        };
-        if self.format_penalty > 0.0 {
-            RewardFn::FormatPenalty {
-                inner: Box::new(base),
-                per_error: self.format_penalty as f32,
-            }
-        } else {
-            base
-        }
-    }
 }
 
 /// Evaluation: samples per task for pass@k, and the decoding temperature.

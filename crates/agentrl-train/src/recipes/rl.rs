@@ -366,7 +366,7 @@ impl Trainer {
     fn env_config(&self) -> EnvConfig {
         EnvConfig {
             max_turns: self.config.rollout.max_turns as u32,
-            reward: self.config.reward.reward_fn(),
+            reward: self.config.reward.clone(),
             ..EnvConfig::default()
         }
     }
