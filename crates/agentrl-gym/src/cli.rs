@@ -19,6 +19,8 @@ use crate::types::{Action, Env, Observation, ToolCall};
 /// built-in tasks.
 #[derive(Debug, Clone, Args)]
 pub struct TasksDirArg {
+    /// A folder of your own tasks (format: crates/agentrl-gym/TASKS.md) instead of the
+    /// built-in ones.
     #[arg(long, value_name = "DIR")]
     pub tasks_dir: Option<PathBuf>,
 }
@@ -63,7 +65,9 @@ pub enum GymCommand {
     },
     /// Show a task: id, family, split, prompt and the files the agent can see.
     Show {
+        /// Task id, e.g. `offbyone-000` (see `agentrl gym list`).
         id: String,
+        /// Print the task as one JSON object (prompt, files, candidates).
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -72,6 +76,7 @@ pub enum GymCommand {
     /// Play a task by typing tool calls: `read PATH`, `test`, `edit K`, `submit`, `exploit`,
     /// or JSON `{"name": ..., "arguments": {...}}`. EOF ends the session.
     Play {
+        /// Task id, e.g. `offbyone-000`.
         id: String,
         #[command(flatten)]
         tasks: TasksDirArg,
@@ -79,8 +84,10 @@ pub enum GymCommand {
     /// Run tool calls from a JSONL file (one `{"name", "arguments"}` per line); prints one JSON
     /// object per step, then the reward.
     Run {
+        /// Task id, e.g. `offbyone-000`.
         #[arg(long)]
         task: String,
+        /// JSONL file of tool calls, one `{"name", "arguments"}` object per line.
         #[arg(long, value_name = "FILE.jsonl")]
         actions: PathBuf,
         #[command(flatten)]
@@ -89,6 +96,7 @@ pub enum GymCommand {
     /// Check every task: bug reproduces, reference fix passes, exploit is caught, fix is a
     /// candidate; count public-passing hack decoys.
     Validate {
+        /// Print the report as one JSON object.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -96,8 +104,10 @@ pub enum GymCommand {
     },
     /// Solve rate of uniformly random policies, from real episodes.
     RandomBaseline {
+        /// Random episodes per task.
         #[arg(long, default_value_t = 20)]
         episodes_per_task: usize,
+        /// Seed of the random policies.
         #[arg(long, default_value_t = 0)]
         seed: u64,
         #[command(flatten)]
