@@ -64,6 +64,55 @@ pub fn run_groups<E: Env + Send, R: Rng + ?Sized>(
     run_episodes(engine, codec, sampling, limits, envs, &jobs, rng)
 }
 
+/// How many episodes (and so environments and KV-cache rows) may be alive at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LiveBound {
+    /// Episodes alive at once, at most.
+    pub max_episodes: usize,
+    /// Tasks per engine call, at most (`usize::MAX`: as many as `max_episodes` allows).
+    pub max_tasks: usize,
+}
+
+/// [`run_groups`] with at most `bound.max_episodes` episodes alive at once: tasks are taken a
+/// few at a time, and a group larger than the bound is sampled in pieces (its pieces keep one
+/// group id). `make_envs(n, rng)` makes the `n` environments of one call; it gets the caller's
+/// generator before the call does, so environment seeds and sampling seeds stay in one stream.
+/// Group ids count tasks across calls, as one [`run_groups`] call would number them.
+#[allow(clippy::too_many_arguments)]
+pub fn run_groups_bounded<E: Env + Send, R: Rng + ?Sized>(
+    engine: &mut dyn Engine,
+    codec: &dyn ChatCodec,
+    sampling: &SamplingParams,
+    limits: &RolloutLimits,
+    make_envs: &mut dyn FnMut(usize, &mut R) -> Vec<E>,
+    task_ids: &[String],
+    group_size: usize,
+    bound: LiveBound,
+    rng: &mut R,
+) -> anyhow::Result<Vec<Episode>> {
+    anyhow::ensure!(group_size > 0, "rollout: group_size must be >= 1");
+    let live = bound.max_episodes.max(1);
+    let tasks_per_call = (live / group_size).clamp(1, bound.max_tasks.max(1));
+    let mut out = Vec::new();
+    for (c, chunk) in task_ids.chunks(tasks_per_call).enumerate() {
+        let first_group = (c * tasks_per_call) as u32;
+        let mut left = group_size;
+        while left > 0 {
+            let piece = left.min((live / chunk.len()).max(1));
+            let mut envs = make_envs(chunk.len() * piece, rng);
+            let mut episodes = run_groups(
+                engine, codec, sampling, limits, &mut envs, chunk, piece, rng,
+            )?;
+            for ep in &mut episodes {
+                ep.group_id += first_group;
+            }
+            out.extend(episodes);
+            left -= piece;
+        }
+    }
+    Ok(out)
+}
+
 /// The `submit` call the driver makes on the agent's behalf when an episode is cut.
 pub fn submit_call() -> Action {
     Action::Call(ToolCall {
@@ -572,6 +621,40 @@ pub(crate) mod tests {
             assert!(!line.contains('\n'));
             let back: Episode = serde_json::from_str(&line).unwrap();
             assert_eq!(&back, ep);
+        }
+    }
+
+    #[test]
+    fn bounded_rollouts_never_exceed_the_live_bound_and_keep_group_ids() {
+        let codec = codec();
+        let model = model(&codec, 2);
+        let tasks: Vec<String> = (0..3).map(|k| format!("task{k}")).collect();
+        let mut sizes = Vec::new();
+        let mut rng = ChaCha8Rng::seed_from_u64(4);
+        // A group of 4 under a bound of 3 episodes: each task alone, in pieces of 3 and 1.
+        let episodes = run_groups_bounded(
+            &mut LocalEngine::new(&model),
+            &codec,
+            &SamplingParams::default(),
+            &limits(),
+            &mut |n, _: &mut ChaCha8Rng| {
+                sizes.push(n);
+                (0..n).map(|_| ScriptedEnv::new()).collect()
+            },
+            &tasks,
+            4,
+            LiveBound {
+                max_episodes: 3,
+                max_tasks: usize::MAX,
+            },
+            &mut rng,
+        )
+        .unwrap();
+        assert_eq!(sizes, vec![3, 1, 3, 1, 3, 1]);
+        assert_eq!(episodes.len(), 12);
+        for (i, ep) in episodes.iter().enumerate() {
+            assert_eq!(ep.group_id, (i / 4) as u32, "episode {i}");
+            assert_eq!(ep.task_id, format!("task{}", i / 4));
         }
     }
 

@@ -14,7 +14,7 @@ use agentrl_gym::{Env, Reward};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::driver::{run_groups, RolloutLimits};
+use crate::driver::{run_groups_bounded, LiveBound, RolloutLimits};
 
 /// What evaluation needs to know about one finished episode.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -142,21 +142,21 @@ pub fn evaluate_split<E: Env + Send, R: Rng + ?Sized>(
         samples > 0,
         "evaluation of split {split}: samples must be >= 1"
     );
-    let live = max_live_episodes.max(1);
-    let tasks_per_call = (live / samples).clamp(1, EVAL_CHUNK_TASKS);
-    let mut outcomes = Vec::with_capacity(task_ids.len().saturating_mul(samples).min(1 << 20));
-    for chunk in task_ids.chunks(tasks_per_call) {
-        let mut left = samples;
-        while left > 0 {
-            let group = left.min((live / chunk.len()).max(1));
-            let mut envs = make_envs(chunk.len() * group);
-            let episodes = run_groups(
-                engine, codec, sampling, limits, &mut envs, chunk, group, rng,
-            )?;
-            outcomes.extend(episodes.iter().map(EpisodeOutcome::of));
-            left -= group;
-        }
-    }
+    let episodes = run_groups_bounded(
+        engine,
+        codec,
+        sampling,
+        limits,
+        &mut |n, _| make_envs(n),
+        task_ids,
+        samples,
+        LiveBound {
+            max_episodes: max_live_episodes,
+            max_tasks: EVAL_CHUNK_TASKS,
+        },
+        rng,
+    )?;
+    let outcomes: Vec<EpisodeOutcome> = episodes.iter().map(EpisodeOutcome::of).collect();
     summarize(split, &outcomes, k)
 }
 

@@ -18,7 +18,9 @@ pub mod eval;
 pub mod shuffle;
 
 pub use batch::Batch;
-pub use driver::{run_episodes, run_groups, EpisodeJob, RolloutLimits};
+pub use driver::{
+    run_episodes, run_groups, run_groups_bounded, EpisodeJob, LiveBound, RolloutLimits,
+};
 pub use episode::{Episode, TokenSource};
 pub use eval::{evaluate_split, summarize, EpisodeOutcome, EvalReport};
 pub use shuffle::ShuffledCandidates;

@@ -18,8 +18,8 @@ use agentrl_gym::{Action, BugFixEnv, EnvConfig, OutcomeCache, Split, TaskSet, To
 use agentrl_model::{ConstrainedPolicy, LogitBias, Policy, TinyAgent, TinyConfig};
 use agentrl_rl::KlController;
 use agentrl_rollout::{
-    evaluate_split, run_groups, Batch, Episode, EvalReport, RolloutLimits, ShuffledCandidates,
-    TokenSource,
+    evaluate_split, run_groups_bounded, Batch, Episode, EvalReport, LiveBound, RolloutLimits,
+    ShuffledCandidates, TokenSource,
 };
 use agentrl_run::{write_atomic_with, RunDir, TrainState};
 use anyhow::{bail, Context};
@@ -407,60 +407,35 @@ impl Trainer {
         shuffle_candidates: bool,
         rng: &mut ChaCha8Rng,
     ) -> anyhow::Result<Vec<Episode>> {
-        if task_ids.len() * group_size <= MAX_LIVE_EPISODES {
-            return self.sample_live(task_ids, group_size, sampling, shuffle_candidates, rng);
-        }
-        let mut out = Vec::with_capacity(task_ids.len() * group_size);
-        let per_chunk = (MAX_LIVE_EPISODES / group_size).max(1);
-        for (c, chunk) in task_ids.chunks(per_chunk).enumerate() {
-            let first_group = c * per_chunk;
-            let mut left = group_size;
-            while left > 0 {
-                // A group larger than the bound (then the chunk is one task) in pieces.
-                let n = left.min(MAX_LIVE_EPISODES);
-                let mut episodes = self.sample_live(chunk, n, sampling, shuffle_candidates, rng)?;
-                for ep in &mut episodes {
-                    ep.group_id += first_group as u32;
-                }
-                out.extend(episodes);
-                left -= n;
-            }
-        }
-        Ok(out)
-    }
-
-    /// [`Self::sample`] with every episode alive at once.
-    fn sample_live(
-        &self,
-        task_ids: &[String],
-        group_size: usize,
-        sampling: &SamplingParams,
-        shuffle_candidates: bool,
-        rng: &mut ChaCha8Rng,
-    ) -> anyhow::Result<Vec<Episode>> {
         let mut engine = LocalEngine::new(&self.policy);
         engine.sync_weights(&WeightSync::Shared {
             version: self.state.step as u64,
         })?;
-        let mut envs: Vec<ShuffledCandidates<BugFixEnv>> = self
-            .envs(task_ids.len() * group_size)
-            .into_iter()
-            .map(|env| {
-                if shuffle_candidates {
-                    ShuffledCandidates::new(env, rng.random())
-                } else {
-                    ShuffledCandidates::unshuffled(env)
-                }
-            })
-            .collect();
-        run_groups(
+        let mut make_envs =
+            |n: usize, rng: &mut ChaCha8Rng| -> Vec<ShuffledCandidates<BugFixEnv>> {
+                self.envs(n)
+                    .into_iter()
+                    .map(|env| {
+                        if shuffle_candidates {
+                            ShuffledCandidates::new(env, rng.random())
+                        } else {
+                            ShuffledCandidates::unshuffled(env)
+                        }
+                    })
+                    .collect()
+            };
+        run_groups_bounded(
             &mut engine,
             &self.codec,
             sampling,
             &self.rollout_limits(),
-            &mut envs,
+            &mut make_envs,
             task_ids,
             group_size,
+            LiveBound {
+                max_episodes: MAX_LIVE_EPISODES,
+                max_tasks: usize::MAX,
+            },
             rng,
         )
     }
