@@ -26,6 +26,21 @@ pub trait Policy {
     /// Full (training) forward pass over `ids` `[B, T]` u32, positions `0..T` in every row
     /// (rows are right-padded, so padding never shifts a real token's position).
     fn forward(&self, ids: &Tensor) -> Result<PolicyOutput>;
+    /// The forward pass at a subset of positions only: `positions` (u32, `[N]`) index the
+    /// batch's `B*T` positions row-major, and the output is logits `[N, V]` (and values
+    /// `[N]`). The update scores action tokens only; a model with a large vocabulary
+    /// overrides this to project just those hidden states onto the vocabulary (Qwen3's
+    /// 151,936-entry head over every prompt token would dominate the step's memory).
+    fn forward_at(&self, ids: &Tensor, positions: &Tensor) -> Result<PolicyOutput> {
+        let out = self.forward(ids)?;
+        let (b, t, v) = out.logits.dims3()?;
+        let logits = out.logits.reshape((b * t, v))?.index_select(positions, 0)?;
+        let values = match out.values {
+            Some(values) => Some(values.reshape(b * t)?.index_select(positions, 0)?),
+            None => None,
+        };
+        Ok(PolicyOutput { logits, values })
+    }
     /// Size of the output vocabulary (last dimension of the logits).
     fn vocab_size(&self) -> usize;
     /// Longest sequence the policy accepts.
@@ -48,6 +63,9 @@ pub trait Policy {
 impl<P: Policy + ?Sized> Policy for &P {
     fn forward(&self, ids: &Tensor) -> Result<PolicyOutput> {
         (**self).forward(ids)
+    }
+    fn forward_at(&self, ids: &Tensor, positions: &Tensor) -> Result<PolicyOutput> {
+        (**self).forward_at(ids, positions)
     }
     fn vocab_size(&self) -> usize {
         (**self).vocab_size()

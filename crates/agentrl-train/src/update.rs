@@ -79,21 +79,81 @@ pub struct UpdateMetrics {
     pub optimizer_steps: usize,
 }
 
-/// Log-probs of `targets` under `logits / temperature`, the scaled logits and the values.
+/// A forward pass scored at the loss positions only.
+struct Scored {
+    /// `log π(targets)` under `logits / T`, `[B, T]`; 0 off the loss positions.
+    logp: Tensor,
+    /// The scaled logits at the loss positions, `[1, N, V]`.
+    logits: Tensor,
+    /// Values `[B, T]` (0 off the loss positions), for a policy with a value head.
+    values: Option<Tensor>,
+    positions: Tensor,
+    shape: (usize, usize),
+}
+
+impl Scored {
+    /// `[1, N]` (or `[N]`) values at the loss positions, as `[B, T]` with 0 elsewhere.
+    fn scatter(&self, at_positions: &Tensor) -> anyhow::Result<Tensor> {
+        let (b, t) = self.shape;
+        let flat = at_positions.flatten_all()?;
+        let zeros = Tensor::zeros(b * t, flat.dtype(), flat.device())?;
+        Ok(zeros
+            .index_add(&self.positions, &flat, 0)?
+            .reshape((b, t))?)
+    }
+}
+
+/// Scores `targets` under `logits / temperature` where `mask > 0` only
+/// ([`Policy::forward_at`]): nothing off the loss positions enters a loss, so a large
+/// vocabulary is never projected there.
 fn score(
     policy: &dyn Policy,
     ids: &Tensor,
     targets: &Tensor,
+    mask: &Tensor,
     temperature: f64,
-) -> anyhow::Result<(Tensor, Tensor, Option<Tensor>)> {
-    let out = policy.forward(ids).context("trainer forward")?;
+) -> anyhow::Result<Scored> {
+    let (b, t) = ids.dims2()?;
+    let mut positions: Vec<u32> = mask
+        .flatten_all()?
+        .to_vec1::<f32>()?
+        .iter()
+        .enumerate()
+        .filter(|(_, &m)| m > 0.0)
+        .map(|(i, _)| i as u32)
+        .collect();
+    if positions.is_empty() {
+        // A batch without action tokens still runs (its losses are 0): score one position.
+        positions.push(0);
+    }
+    let n = positions.len();
+    let positions = Tensor::from_vec(positions, n, ids.device())?;
+    let out = policy
+        .forward_at(ids, &positions)
+        .context("trainer forward")?;
     let logits = if temperature == 1.0 {
         out.logits
     } else {
         (out.logits / temperature)?
     };
-    let logp = token_log_probs(&logits, targets)?;
-    Ok((logp, logits, out.values))
+    let logits = logits.unsqueeze(0)?;
+    let picked_targets = targets
+        .flatten_all()?
+        .index_select(&positions, 0)?
+        .unsqueeze(0)?;
+    let logp_n = token_log_probs(&logits, &picked_targets)?;
+    let mut scored = Scored {
+        logp: logp_n.clone(),
+        logits,
+        values: None,
+        positions,
+        shape: (b, t),
+    };
+    scored.logp = scored.scatter(&logp_n)?;
+    if let Some(values) = out.values {
+        scored.values = Some(scored.scatter(&values)?);
+    }
+    Ok(scored)
 }
 
 /// Outcome rewards as `[B, T]` token rewards: `R_i` on the last action token of row `i`.
@@ -156,10 +216,11 @@ pub fn update_with(
     // engine's sampling log-probs. Values for GAE come from the same pass.
     let needs_values = algorithm.uses_critic();
     let (old_log_probs, old_values) = if knobs.old_logprob_pass || needs_values {
-        let (logp, _, values) = score(
+        let Scored { logp, values, .. } = score(
             setup.policy,
             &batch.input_ids,
             &batch.targets,
+            &batch.loss_mask,
             setup.temperature,
         )?;
         let logp = logp.detach();
@@ -184,12 +245,14 @@ pub fn update_with(
     // Reference log-probs for KL (frozen policy; no gradient).
     let ref_log_probs = match (setup.reference, setup.kl_coef > 0.0) {
         (Some(reference), true) => {
-            let (logp, _, _) = score(
+            let logp = score(
                 reference,
                 &batch.input_ids,
                 &batch.targets,
+                &batch.loss_mask,
                 setup.temperature,
-            )?;
+            )?
+            .logp;
             Some(logp.detach())
         }
         (None, true) => anyhow::bail!("update: kl_coef > 0 but no reference policy was given"),
@@ -250,7 +313,9 @@ pub fn update_with(
                 ..AggScale::default()
             };
 
-            let (logp, logits, values) = score(setup.policy, &ids, &targets, setup.temperature)?;
+            let scored = score(setup.policy, &ids, &targets, &mask, setup.temperature)?;
+            let logp = scored.logp.clone();
+            let values = scored.values.clone();
             if let PolicyLoss::ClipCov { seed, .. } = &mut policy_loss_kind {
                 // A fresh random pick of the covariance-selected tokens for every optimizer step.
                 *seed = shuffle.random();
@@ -285,13 +350,14 @@ pub fn update_with(
             }
 
             let entropy_value = if knobs.entropy_coef != 0.0 {
-                let entropy = entropy_from_logits(&logits)?;
+                let entropy = scored.scatter(&entropy_from_logits(&scored.logits)?)?;
                 let (bonus, h) =
                     entropy_bonus_loss(&entropy, &mask, knobs.entropy_coef, knobs.agg, &scale)?;
                 loss = (loss + bonus)?;
                 h
             } else {
-                masked_mean_value(&entropy_from_logits(&logits.detach())?, &mask)?
+                let entropy = entropy_from_logits(&scored.logits.detach())?;
+                masked_mean_value(&scored.scatter(&entropy)?, &mask)?
             };
 
             if needs_values && knobs.value_coef != 0.0 {
@@ -376,7 +442,14 @@ pub fn supervised_update(
     lr: f64,
     grad_clip: f64,
 ) -> anyhow::Result<f64> {
-    let (logp, _, _) = score(policy, &batch.input_ids, &batch.targets, 1.0)?;
+    let logp = score(
+        policy,
+        &batch.input_ids,
+        &batch.targets,
+        &batch.loss_mask,
+        1.0,
+    )?
+    .logp;
     let loss = aggregate(
         &logp.neg()?,
         &batch.loss_mask,

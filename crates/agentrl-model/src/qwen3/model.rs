@@ -521,6 +521,35 @@ impl Qwen3 {
         let (batch, seq) = ids
             .dims2()
             .context("Qwen3 input ids must have shape [batch, seq]")?;
+        let hidden = self.final_hidden(ids, cache, mode)?;
+        let logits = self.project_to_vocab(&hidden)?;
+        Ok(logits.reshape((batch, seq, self.config.vocab_size))?)
+    }
+
+    /// Logits `[N, V]` of the hidden states `[N, H]` (the tied or separate LM head).
+    fn project_to_vocab(&self, hidden: &Tensor) -> Result<Tensor> {
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
+        Ok(hidden.matmul(&head.t()?)?)
+    }
+
+    /// Differentiable logits `[N, V]` at the flat positions `positions` (u32 indices into the
+    /// `B*T` positions of `ids`, row-major) only: the LM head, the largest matmul of a small
+    /// Qwen3, runs on the scored positions alone.
+    pub fn forward_at(&self, ids: &Tensor, positions: &Tensor) -> Result<Tensor> {
+        let hidden = self.final_hidden(ids, None, ForwardMode::Train)?;
+        self.project_to_vocab(&hidden.index_select(positions, 0)?)
+    }
+
+    /// Hidden states `[B*T, H]` after the final norm.
+    fn final_hidden(
+        &self,
+        ids: &Tensor,
+        cache: Option<&mut KvCache>,
+        mode: ForwardMode,
+    ) -> Result<Tensor> {
+        let (batch, seq) = ids
+            .dims2()
+            .context("Qwen3 input ids must have shape [batch, seq]")?;
         if seq == 0 {
             bail!("Qwen3 input has no tokens");
         }
@@ -554,10 +583,7 @@ impl Qwen3 {
         if let Some(cache) = cache {
             cache.len += seq;
         }
-        let hidden = self.rms_norm(&hidden, &self.norm, mode)?;
-        let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
-        let logits = hidden.matmul(&head.t()?)?;
-        Ok(logits.reshape((batch, seq, self.config.vocab_size))?)
+        self.rms_norm(&hidden, &self.norm, mode)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -749,6 +775,18 @@ fn causal_mask(seq: usize, offset: usize, dtype: DType, device: &Device) -> Resu
 impl crate::policy::Policy for Qwen3 {
     fn forward(&self, ids: &Tensor) -> candle_core::Result<crate::policy::PolicyOutput> {
         let logits = Qwen3::forward(self, ids).map_err(candle_core::Error::wrap)?;
+        Ok(crate::policy::PolicyOutput {
+            logits,
+            values: None,
+        })
+    }
+
+    fn forward_at(
+        &self,
+        ids: &Tensor,
+        positions: &Tensor,
+    ) -> candle_core::Result<crate::policy::PolicyOutput> {
+        let logits = Qwen3::forward_at(self, ids, positions).map_err(candle_core::Error::wrap)?;
         Ok(crate::policy::PolicyOutput {
             logits,
             values: None,
