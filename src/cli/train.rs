@@ -83,9 +83,9 @@ pub fn train(args: TrainArgs) -> anyhow::Result<()> {
     let split = parse_split(&trainer.config.rollout.split)?;
     let r = &trainer.config.rollout;
     eprintln!(
-        "training TinyAgent ({} parameters) with {} on the {} split ({} tasks): {} x {} \
+        "training {} with {} on the {} split ({} tasks): {} x {} \
          episodes (tasks x group) per step, {} steps",
-        trainer.model().num_parameters(),
+        trainer.describe_policy(),
         trainer.algorithm,
         r.split,
         trainer.split_len(split),

@@ -9,7 +9,7 @@
 //! never re-tokenised (ALGORITHMS.md §17). TinyAgent's codec is [`crate::tiny::TinyCodec`];
 //! Qwen3's chat codec renders the same calls through the model's own template.
 
-use agentrl_gym::{Action, Observation};
+use agentrl_gym::{Action, Observation, ToolCall};
 
 /// One policy family's episode format.
 pub trait ChatCodec: Sync {
@@ -30,4 +30,7 @@ pub trait ChatCodec: Sync {
     fn pad_id(&self) -> u32;
     /// Ids as text, for logs and transcripts.
     fn decode(&self, ids: &[u32]) -> String;
+    /// The ids of a well-formed action that makes `call`, its stop token included: what a
+    /// demonstration of the call looks like in this format (supervised warm-up, SFT).
+    fn encode_call(&self, call: &ToolCall) -> anyhow::Result<Vec<u32>>;
 }

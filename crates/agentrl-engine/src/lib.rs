@@ -25,9 +25,11 @@
 use serde::{Deserialize, Serialize};
 
 pub mod local;
+pub mod noise;
 pub mod sampling;
 
 pub use local::{Decoder, LocalEngine};
+pub use noise::NoisyLogprobs;
 pub use sampling::{sample_token, scaled_log_softmax, SamplingParams};
 
 /// One row of a generate call.

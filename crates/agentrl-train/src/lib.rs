@@ -17,6 +17,7 @@
 pub mod algo;
 pub mod config;
 pub mod optim;
+pub mod policy_stack;
 pub mod recipes;
 pub mod schedule;
 pub mod session;

@@ -170,7 +170,6 @@ fn nan_logits_fail_the_step_that_sampled_them() -> anyhow::Result<()> {
     let tasks = tmp.path().join("tasks");
     task_dir(&tasks, [1, 0, 0])?;
     let (trainer, _) = Trainer::create(tiny(tmp.path(), &tasks, "nan-logits", &[])?)?;
-    use agentrl_model::Policy;
     for (_, var) in trainer.policy.trainable_vars() {
         var.set(&(var.as_tensor().ones_like()? * f64::NAN)?)?;
     }

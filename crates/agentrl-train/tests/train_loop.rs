@@ -307,8 +307,7 @@ fn format_warmup_teaches_the_call_syntax_in_the_full_vocabulary() -> anyhow::Res
 
 /// All of TinyAgent's weights, flattened in name order.
 fn weights_of(trainer: &Trainer) -> anyhow::Result<Vec<f32>> {
-    let mut named = trainer.model().named_vars();
-    named.sort_by(|a, b| a.0.cmp(&b.0));
+    let named = trainer.policy.trainable_vars();
     let mut out = Vec::new();
     for (_, var) in named {
         out.extend(var.as_tensor().flatten_all()?.to_vec1::<f32>()?);

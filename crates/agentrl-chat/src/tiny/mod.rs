@@ -366,6 +366,11 @@ impl crate::ChatCodec for TinyCodec {
     fn decode(&self, ids: &[u32]) -> String {
         self.vocab.decode(ids)
     }
+
+    fn encode_call(&self, call: &ToolCall) -> anyhow::Result<Vec<u32>> {
+        TinyCodec::encode_call(self, call)
+            .ok_or_else(|| anyhow::anyhow!("the tiny call format cannot express {call:?}"))
+    }
 }
 
 #[cfg(test)]

@@ -16,8 +16,8 @@ pub use load::{
     DEFAULT_CONFIG_TOML, RESUMABLE_KEYS,
 };
 pub use schema::{
-    AlgorithmConfig, Config, EvalConfig, ModelConfig, OptimConfig, RolloutConfig, ScheduleKind,
-    TrainConfig,
+    AlgorithmConfig, Config, EngineConfig, EngineKind, EvalConfig, ModelConfig, ModelKind,
+    OptimConfig, Qwen3Settings, RolloutConfig, ScheduleKind, TrainConfig,
 };
 pub use validate::Validation;
 

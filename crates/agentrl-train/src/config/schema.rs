@@ -17,6 +17,10 @@ use crate::algo::{Algorithm, Knobs};
 #[serde(deny_unknown_fields)]
 pub struct Config {
     pub model: ModelConfig,
+    /// Qwen3's settings (read when `model.kind = "qwen3"`).
+    pub qwen3: Qwen3Settings,
+    /// What samples the rollouts: the local engine or inference servers.
+    pub engine: EngineConfig,
     /// How the engine samples actions during training rollouts.
     pub sampling: SamplingParams,
     pub algorithm: AlgorithmConfig,
@@ -28,10 +32,27 @@ pub struct Config {
     pub eval: EvalConfig,
 }
 
-/// TinyAgent's shape and action space. The vocabulary size comes from the tiny codec.
+/// Which policy a run trains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ModelKind {
+    /// TinyAgent over the gym's symbol vocabulary (the `[model]` shape keys below).
+    Tiny,
+    /// Qwen3 from a model folder (`model.dir`) through its own chat template (`[qwen3]`).
+    Qwen3,
+}
+
+/// The policy: its kind, and TinyAgent's shape and action space (the vocabulary size comes
+/// from the tiny codec). The shape keys are TinyAgent's only; a Qwen3's shape is its folder's
+/// `config.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
+    pub kind: ModelKind,
+    /// The model folder (`config.json`, `model.safetensors`, `tokenizer.json`, the chat
+    /// template) of a Qwen3 run; `agentrl train --model DIR` sets it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<String>,
     pub d_model: usize,
     pub layers: usize,
     pub heads: usize,
@@ -45,6 +66,75 @@ pub struct ModelConfig {
     /// each candidate's span in the task observation) instead of the LM head's fixed rows, so
     /// that choosing an edit means reading the candidates, not remembering a position.
     pub pointer_head: bool,
+}
+
+/// `[qwen3]`: how a Qwen3 is trained and how its episodes are rendered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Qwen3Settings {
+    /// LoRA rank on the attention and MLP projections; 0 trains every weight.
+    pub lora_rank: usize,
+    /// LoRA's `alpha` (the update is scaled by `alpha / rank`).
+    pub lora_alpha: f64,
+    /// The trainer's weight dtype: "f32" or "bf16".
+    pub dtype: String,
+    /// The template's `enable_thinking` flag (Qwen3 opens an empty `<think></think>` block
+    /// when false).
+    pub enable_thinking: bool,
+    /// Tool output longer than this many tokens is cut in the middle, with a marker saying
+    /// how much was cut.
+    pub max_observation_tokens: usize,
+}
+
+/// Where rollouts come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EngineKind {
+    /// The KV-cached engine in this process, on the trainer's weights.
+    Local,
+    /// vLLM servers (`/v1/completions` with token ids; LoRA sync by `/v1/load_lora_adapter`).
+    Vllm,
+    /// SGLang servers (`/generate`; full-weight sync by `/update_weights_from_disk`).
+    Sglang,
+}
+
+/// `[engine]`: the rollout engine, its log-prob semantics, weight sync and staleness.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineConfig {
+    pub kind: EngineKind,
+    /// Server base URLs (`http://host:port`) of a remote engine; requests are balanced over
+    /// them.
+    pub endpoints: Vec<String>,
+    /// The model name the servers serve (checked at start); unset = the model folder's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_model: Option<String>,
+    /// Which log-probs the engine returns (ALGORITHMS.md §13): "temperature-scaled" (the
+    /// local engine, SGLang), "raw" (vLLM's default `raw_logprobs`) or "processed" (vLLM
+    /// `processed_logprobs`). The preflight checks the claim.
+    pub logprobs: agentrl_engine::LogprobKind,
+    /// Sample in a copy of the weights in this dtype ("f32" shares the trainer's weights;
+    /// "bf16" samples in bf16, a numeric mismatch the metrics report).
+    pub dtype: String,
+    /// Gaussian noise (std, in nats) added to every log-prob the engine reports: an injected
+    /// engine/trainer mismatch for experiments and for the doctor's tests. 0 = none.
+    pub logprob_noise: f64,
+    /// Sample the next step's rollouts while this step trains (rollouts up to
+    /// `max_staleness` weight versions old); false = sample, then train.
+    pub async_rollouts: bool,
+    /// Most weight versions a rollout may lag the trainer by when it is trained on.
+    pub max_staleness: usize,
+    /// Before the first step, sample a small batch and check the engine's log-probs against
+    /// the trainer's (refuses semantic mismatches; reports numeric drift).
+    pub preflight: bool,
+    /// How new weights reach a server: "lora" (a PEFT adapter) or "full" (a safetensors folder).
+    pub weight_sync: String,
+    /// Seconds before a request to a server counts as lost (and is retried).
+    pub timeout_s: f64,
+    /// Attempts per request before the step fails with the endpoint's error.
+    pub retries: usize,
+    /// Requests in flight per endpoint.
+    pub max_in_flight: usize,
 }
 
 /// `[algorithm]`: a preset name and its knobs, with the user's overrides merged on the

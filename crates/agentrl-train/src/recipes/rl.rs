@@ -1,5 +1,6 @@
-//! The training loop: TinyAgent, the BugFix gym and an algorithm preset, step after step, with
-//! metrics, sampled episodes and checkpoints in the run directory.
+//! The training loop: a policy (TinyAgent or Qwen3, [`crate::policy_stack`]), the BugFix gym
+//! and an algorithm preset, step after step, with metrics, sampled episodes and checkpoints in
+//! the run directory.
 //!
 //! One step: pick `tasks_per_step` tasks (an epoch-wise permutation of the split derived from
 //! `(seed, epoch)`) → sample a group of G episodes per task with the local engine →
@@ -12,10 +13,15 @@ use std::time::Instant;
 
 use agentrl_chat::tiny::grammar::bias_table;
 use agentrl_chat::tiny::{TinyCodec, MAX_CANDIDATES, TOOL_NAMES};
-use agentrl_engine::{Engine, LocalEngine, SamplingParams, WeightSync};
+use agentrl_chat::ChatCodec;
+use agentrl_engine::{SamplingParams, WeightSync};
 use agentrl_gym::sandbox::Executor;
 use agentrl_gym::{Action, BugFixEnv, EnvConfig, OutcomeCache, Split, TaskSet, ToolCall};
 use agentrl_model::{ConstrainedPolicy, LogitBias, Policy, TinyAgent, TinyConfig};
+
+use crate::config::ModelKind;
+pub use crate::policy_stack::TinyPolicy;
+use crate::policy_stack::TrainPolicy;
 use agentrl_rl::KlController;
 use agentrl_rollout::{
     evaluate_split, run_groups_bounded, Batch, Episode, EvalReport, LiveBound, RolloutLimits,
@@ -34,9 +40,6 @@ use crate::config::{apply_resume_overrides, parse_config_file, Config, ConfigCha
 use crate::optim::{AdamW, AdamWParams};
 use crate::schedule::learning_rate;
 use crate::update::{supervised_update, update_with, BatchExtras, UpdateMetrics, UpdateSetup};
-
-/// TinyAgent behind its action grammar: the policy the RL recipe trains.
-pub type TinyPolicy = ConstrainedPolicy<TinyAgent>;
 
 /// Purposes of the derived random streams (any distinct constants).
 const STREAM_TASKS: u64 = 0x7461_736b;
@@ -102,12 +105,14 @@ pub struct Trainer {
     pub algorithm: Algorithm,
     pub knobs: Knobs,
     pub device: Device,
-    /// TinyAgent behind the action grammar (`model.action_vocab`).
-    pub policy: TinyPolicy,
-    reference: Option<TinyPolicy>,
+    /// The policy being trained (TinyAgent behind its action grammar, or Qwen3).
+    pub policy: Box<dyn TrainPolicy>,
+    /// The frozen initial policy, for KL (when the preset uses one).
+    reference: Option<Box<dyn TrainPolicy>>,
     optimizer: AdamW,
     vars: Vec<Var>,
-    pub codec: TinyCodec,
+    /// How the policy's episodes become ids and its sampled ids become tool calls.
+    pub codec: Box<dyn ChatCodec + Send>,
     tasks: Arc<TaskSet>,
     train_ids: Vec<String>,
     executor: Arc<dyn Executor>,
@@ -256,30 +261,14 @@ impl Trainer {
     fn build(config: Config, run: RunDir, tasks: TaskSet) -> anyhow::Result<Self> {
         let algorithm = config.algorithm.name;
         let knobs = config.algorithm.knobs.clone();
-        // TinyAgent trains on the CPU: at its size, a GPU round trip per decoding step costs
-        // more than the step.
-        let device = Device::Cpu;
-        let codec = tiny_codec(config.rollout.max_action_tokens);
-        let model_cfg = tiny_config(&config, &codec);
         let seed = config.train.seed;
-        let grammar = |codec: &TinyCodec| -> anyhow::Result<Option<LogitBias>> {
-            bias_table(codec, config.model.action_vocab)?
-                .map(|table| LogitBias::new(table, codec.vocab().len(), &device))
-                .transpose()
-                .map_err(anyhow::Error::from)
-        };
-        let policy = ConstrainedPolicy::new(
-            TinyAgent::new(model_cfg.clone(), seed, &device)?,
-            grammar(&codec)?,
-        );
-        // The reference is the initial policy: the same seed gives the same weights.
-        let reference = if knobs.kl_coef > 0.0 || knobs.kl_target.is_some() {
-            Some(ConstrainedPolicy::new(
-                TinyAgent::new(model_cfg, seed, &device)?,
-                grammar(&codec)?,
-            ))
-        } else {
-            None
+        let uses_reference = knobs.kl_coef > 0.0 || knobs.kl_target.is_some();
+        let (device, policy, reference, codec) = match config.model.kind {
+            ModelKind::Tiny => {
+                let (policy, reference, codec) = build_tiny(&config, seed, uses_reference)?;
+                (Device::Cpu, policy, reference, codec)
+            }
+            ModelKind::Qwen3 => bail!("model.kind = \"qwen3\" is not built yet"),
         };
         let named = policy.trainable_vars();
         let vars: Vec<Var> = named.iter().map(|(_, v)| v.clone()).collect();
@@ -333,9 +322,9 @@ impl Trainer {
         })
     }
 
-    /// The TinyAgent inside the policy.
-    pub fn model(&self) -> &TinyAgent {
-        self.policy.inner()
+    /// One line naming the policy being trained.
+    pub fn describe_policy(&self) -> String {
+        self.policy.describe()
     }
 
     /// Number of tasks in `split` (0 for a task folder without that split).
@@ -407,7 +396,7 @@ impl Trainer {
         shuffle_candidates: bool,
         rng: &mut ChaCha8Rng,
     ) -> anyhow::Result<Vec<Episode>> {
-        let mut engine = LocalEngine::new(&self.policy);
+        let mut engine = self.policy.local_engine();
         engine.sync_weights(&WeightSync::Shared {
             version: self.state.step as u64,
         })?;
@@ -425,8 +414,8 @@ impl Trainer {
                     .collect()
             };
         run_groups_bounded(
-            &mut engine,
-            &self.codec,
+            engine.as_mut(),
+            self.codec.as_ref(),
             sampling,
             &self.rollout_limits(),
             &mut make_envs,
@@ -508,12 +497,11 @@ impl Trainer {
             UpdateMetrics::default()
         } else {
             let episodes: Vec<Episode> = kept.iter().map(|(e, _)| e.clone()).collect();
-            let mut batch =
-                Batch::from_episodes(&episodes, self.codec.vocab().pad_id(), &self.device)?;
+            let mut batch = Batch::from_episodes(&episodes, self.codec.pad_id(), &self.device)?;
             batch.rewards = kept.iter().map(|(_, r)| *r).collect();
             let setup = UpdateSetup {
-                policy: &self.policy,
-                reference: self.reference.as_ref().map(|r| r as &dyn Policy),
+                policy: self.policy.as_ref(),
+                reference: self.reference.as_deref().map(|r| r as &dyn Policy),
                 algorithm: self.algorithm,
                 knobs: &self.knobs,
                 kl_coef: self.kl.value(),
@@ -627,7 +615,7 @@ impl Trainer {
         let mut episodes = Vec::new();
         for (group, task_id) in self.tasks_for_step(step).iter().enumerate() {
             let task = self.tasks.get(task_id)?;
-            let prompt = self.codec.prompt_ids(&task.observation());
+            let prompt = self.codec.prompt_ids(&task.observation())?;
             let listed = task.candidates.len().min(MAX_CANDIDATES);
             for _ in 0..self.config.rollout.group_size {
                 let name = TOOL_NAMES[rng.random_range(0..TOOL_NAMES.len())];
@@ -665,9 +653,9 @@ impl Trainer {
         let step = self.state.step;
         let lr = self.config.train.format_warmup_lr;
         let episodes = self.format_demonstrations(step)?;
-        let batch = Batch::from_episodes(&episodes, self.codec.vocab().pad_id(), &self.device)?;
+        let batch = Batch::from_episodes(&episodes, self.codec.pad_id(), &self.device)?;
         let loss = supervised_update(
-            &self.policy,
+            self.policy.as_ref(),
             &mut self.optimizer,
             &self.vars,
             &batch,
@@ -742,13 +730,13 @@ impl Trainer {
             ..self.config.sampling.clone()
         };
         let mut rng = stream(self.config.train.seed, tag, STREAM_EVAL);
-        let mut engine = LocalEngine::new(&self.policy);
+        let mut engine = self.policy.local_engine();
         engine.sync_weights(&WeightSync::Shared {
             version: self.state.step as u64,
         })?;
         evaluate_split(
-            &mut engine,
-            &self.codec,
+            engine.as_mut(),
+            self.codec.as_ref(),
             &sampling,
             &self.rollout_limits(),
             split.as_str(),
@@ -760,6 +748,42 @@ impl Trainer {
             &mut rng,
         )
     }
+}
+
+/// TinyAgent behind the grammar of `model.action_vocab`, its reference (the initial policy:
+/// the same seed gives the same weights) and its codec. TinyAgent trains on the CPU: at its
+/// size, a GPU round trip per decoding step costs more than the step.
+#[allow(clippy::type_complexity)]
+fn build_tiny(
+    config: &Config,
+    seed: u64,
+    with_reference: bool,
+) -> anyhow::Result<(
+    Box<dyn TrainPolicy>,
+    Option<Box<dyn TrainPolicy>>,
+    Box<dyn ChatCodec + Send>,
+)> {
+    let device = Device::Cpu;
+    let codec = tiny_codec(config.rollout.max_action_tokens);
+    let model_cfg = tiny_config(config, &codec);
+    let grammar = || -> anyhow::Result<Option<LogitBias>> {
+        bias_table(&codec, config.model.action_vocab)?
+            .map(|table| LogitBias::new(table, codec.vocab().len(), &device))
+            .transpose()
+            .map_err(anyhow::Error::from)
+    };
+    let policy: TinyPolicy = ConstrainedPolicy::new(
+        TinyAgent::new(model_cfg.clone(), seed, &device)?,
+        grammar()?,
+    );
+    let reference: Option<Box<dyn TrainPolicy>> = if with_reference {
+        let reference: TinyPolicy =
+            ConstrainedPolicy::new(TinyAgent::new(model_cfg, seed, &device)?, grammar()?);
+        Some(Box::new(reference))
+    } else {
+        None
+    };
+    Ok((Box::new(policy), reference, Box::new(codec)))
 }
 
 fn kl_controller(knobs: &Knobs, beta: f64) -> anyhow::Result<KlController> {
