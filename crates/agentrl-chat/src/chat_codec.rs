@@ -7,7 +7,10 @@
 //! an [`Action`] with [`ChatCodec::parse_action`], and appends
 //! [`ChatCodec::observation_ids`] of the tool result *after the exact sampled ids*: ids are
 //! never re-tokenised (ALGORITHMS.md §17). TinyAgent's codec is [`crate::tiny::TinyCodec`];
-//! Qwen3's chat codec renders the same calls through the model's own template.
+//! Qwen3's is [`crate::qwen3_codec::Qwen3Codec`], which renders the same calls through the
+//! model's own template. Once an episode is over, [`ChatCodec::retokenization_drift`] says
+//! whether a pipeline that re-rendered the conversation as messages would have trained on
+//! other ids than the ones sampled (a metric; the rollout itself never re-renders).
 
 use agentrl_gym::{Action, Observation, ToolCall};
 
@@ -33,4 +36,19 @@ pub trait ChatCodec: Sync {
     /// The ids of a well-formed action that makes `call`, its stop token included: what a
     /// demonstration of the call looks like in this format (supervised warm-up, SFT).
     fn encode_call(&self, call: &ToolCall) -> anyhow::Result<Vec<u32>>;
+    /// Whether re-rendering a finished episode through the chat template, as messages, and
+    /// tokenising it gives other ids than the episode's exact stream (`prompt_ids(first)`,
+    /// then per turn the sampled ids and, where present, `observation_ids` of the result).
+    ///
+    /// `turns` holds each action's sampled ids with the observation whose ids followed it;
+    /// `None` where nothing followed (the episode ended, or was cut, after that action).
+    /// `Ok(None)`: the format has no template to re-render through (the default; TinyAgent).
+    fn retokenization_drift(
+        &self,
+        first: &Observation,
+        turns: &[(&[u32], Option<&Observation>)],
+    ) -> anyhow::Result<Option<bool>> {
+        let _ = (first, turns);
+        Ok(None)
+    }
 }

@@ -139,14 +139,23 @@ impl<'a> DriftChecker<'a> {
         tools: Option<&[Value]>,
         enable_thinking: bool,
     ) -> Result<DriftReport> {
-        let text = self.template.render(
-            messages,
-            tools,
-            RenderOptions {
-                add_generation_prompt: false,
-                enable_thinking,
-            },
-        )?;
+        let options = RenderOptions {
+            add_generation_prompt: false,
+            enable_thinking,
+        };
+        self.check_rendered(stream, messages, tools, options)
+    }
+
+    /// [`Self::check_conversation`] with the render options given, for a stream that ends on
+    /// a generation prompt (an episode whose last tool result was appended).
+    pub fn check_rendered(
+        &self,
+        stream: &[u32],
+        messages: &[Value],
+        tools: Option<&[Value]>,
+        options: RenderOptions,
+    ) -> Result<DriftReport> {
+        let text = self.template.render(messages, tools, options)?;
         let rerendered = self.tokenizer.encode(&text, false)?;
         compare_ids(self.tokenizer, stream, &rerendered, self.window)
     }

@@ -46,6 +46,12 @@ pub enum ChatError {
     ToolSpec(String),
     #[error("invalid message: {0}")]
     Message(String),
+    /// A codec option out of range (`option` is the field's name).
+    #[error("codec option `{option}`: {message}")]
+    InvalidOption {
+        option: &'static str,
+        message: String,
+    },
 }
 
 impl ChatError {

@@ -16,6 +16,8 @@
 //! * [`drift`]: the retokenization drift check.
 //! * [`assets`]: where tests find the shared Qwen3 assets (and fail under CI without them).
 //! * [`chat_codec`]: the [`ChatCodec`] interface the rollout driver uses.
+//! * [`qwen3_codec`]: [`Qwen3Codec`], the `ChatCodec` of Qwen3 chat episodes: prompt, tool
+//!   results and demonstrations rendered by the model's own template, token in, token out.
 //! * [`tiny`]: TinyAgent's closed word-level vocabulary, observation renderer, call format
 //!   and action grammar.
 //!
@@ -30,6 +32,7 @@ pub mod drift;
 pub mod error;
 pub mod message;
 pub mod qwen;
+pub mod qwen3_codec;
 pub mod template;
 pub mod tiny;
 pub mod tools;
@@ -37,3 +40,4 @@ pub mod tools;
 pub use assets::{find_qwen3_assets, qwen3_assets_for_tests};
 pub use chat_codec::ChatCodec;
 pub use error::ChatError;
+pub use qwen3_codec::{Qwen3Codec, Qwen3CodecOptions};
