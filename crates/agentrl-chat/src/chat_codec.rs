@@ -36,6 +36,12 @@ pub trait ChatCodec: Sync {
     /// The ids of a well-formed action that makes `call`, its stop token included: what a
     /// demonstration of the call looks like in this format (supervised warm-up, SFT).
     fn encode_call(&self, call: &ToolCall) -> anyhow::Result<Vec<u32>>;
+    /// Ids that close an action the length cap cut before its stop token, so the
+    /// observation that follows is not read as part of the assistant's turn. They are not
+    /// sampled (no loss on them). Empty by default.
+    fn close_cut_action_ids(&self) -> Vec<u32> {
+        Vec::new()
+    }
     /// Whether re-rendering a finished episode through the chat template, as messages, and
     /// tokenising it gives other ids than the episode's exact stream (`prompt_ids(first)`,
     /// then per turn the sampled ids and, where present, `observation_ids` of the result).

@@ -525,6 +525,10 @@ impl ChatCodec for Qwen3Codec {
             .unwrap_or_else(|err| format!("<ids {ids:?} do not decode: {err}>"))
     }
 
+    fn close_cut_action_ids(&self) -> Vec<u32> {
+        vec![self.special.im_end]
+    }
+
     fn encode_call(&self, call: &ToolCall) -> anyhow::Result<Vec<u32>> {
         Ok(self.demonstration_ids(call)?)
     }

@@ -144,6 +144,7 @@ mod tests {
             format_errors: 0,
             truncated: false,
             weight_version: 0,
+            drifted: None,
         }
     }
 

@@ -15,7 +15,7 @@
 //! and does not depend on thread scheduling.
 
 use agentrl_chat::ChatCodec;
-use agentrl_engine::{Engine, GenerateParams, GenerateRequest, SamplingParams};
+use agentrl_engine::{Engine, FinishReason, GenerateParams, GenerateRequest, SamplingParams};
 use agentrl_gym::{Action, Env, Observation, Reward, Step, ToolCall};
 use rand::Rng;
 
@@ -177,6 +177,10 @@ pub fn run_episodes<E: Env + Send, R: Rng + ?Sized>(
     // Sessions name each episode's sequence for the engine's prefix cache; the offset keeps
     // them distinct from the sessions of earlier calls.
     let session_base: u64 = rng.random::<u64>() >> 1;
+    // Per episode, each turn's ids as sampled (plus any closing ids) and the observation that
+    // followed, for the drift check once the episode is over.
+    let mut turns: Vec<Vec<(Vec<u32>, Option<Observation>)>> = vec![Vec::new(); jobs.len()];
+    let close_cut = codec.close_cut_action_ids();
     let mut live: Vec<usize> = (0..jobs.len()).collect();
     while !live.is_empty() {
         let requests: Vec<GenerateRequest> = live
@@ -195,6 +199,7 @@ pub fn run_episodes<E: Env + Send, R: Rng + ?Sized>(
             live.len()
         );
         let mut actions: std::collections::HashMap<usize, Action> = Default::default();
+        let mut cut: std::collections::HashSet<usize> = Default::default();
         for (&ep, completion) in live.iter().zip(completions) {
             anyhow::ensure!(
                 !completion.tokens.is_empty()
@@ -210,6 +215,10 @@ pub fn run_episodes<E: Env + Send, R: Rng + ?Sized>(
                 episode.push(token, TokenSource::Action, logprob);
             }
             actions.insert(ep, codec.parse_action(&completion.tokens, &tasks[ep]));
+            turns[ep].push((completion.tokens.clone(), None));
+            if completion.finish == FinishReason::Length {
+                cut.insert(ep);
+            }
         }
 
         let steps = parallel_env_calls(envs, live.clone(), limits.env_threads, |env, ep| {
@@ -245,6 +254,17 @@ pub fn run_episodes<E: Env + Send, R: Rng + ?Sized>(
                 ended[ep] = true;
                 continue;
             }
+            if let Some((turn_ids, observed)) = turns[ep].last_mut() {
+                if cut.contains(&ep) {
+                    // The length cap cut the action before its stop token: close it
+                    // (unsampled, no loss) so the observation is not read as the agent's.
+                    for &t in &close_cut {
+                        episode.push(t, TokenSource::Observation, 0.0);
+                    }
+                    turn_ids.extend(&close_cut);
+                }
+                *observed = Some(step.observation.clone());
+            }
             for &t in &obs {
                 episode.push(t, TokenSource::Observation, 0.0);
             }
@@ -262,6 +282,15 @@ pub fn run_episodes<E: Env + Send, R: Rng + ?Sized>(
             episodes[ep].reward = finished_reward(&step, &episodes[ep].task_id)?;
         }
         live.retain(|&ep| !ended[ep]);
+    }
+    for ((episode, task), episode_turns) in episodes.iter_mut().zip(&tasks).zip(&turns) {
+        let view: Vec<(&[u32], Option<&Observation>)> = episode_turns
+            .iter()
+            .map(|(ids, obs)| (ids.as_slice(), obs.as_ref()))
+            .collect();
+        episode.drifted = codec
+            .retokenization_drift(task, &view)
+            .map_err(|e| e.context(format!("task {}: the drift check", episode.task_id)))?;
     }
     Ok(episodes)
 }

@@ -49,6 +49,11 @@ pub struct Episode {
     /// trainer's version at update time minus this).
     #[serde(default)]
     pub weight_version: u64,
+    /// Whether re-rendering the conversation through the chat template would have given
+    /// other ids than the sampled stream (`ChatCodec::retokenization_drift`); `None` for a
+    /// format without a template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drifted: Option<bool>,
 }
 
 impl Episode {
@@ -67,6 +72,7 @@ impl Episode {
             format_errors: 0,
             truncated: false,
             weight_version: 0,
+            drifted: None,
         }
     }
 

@@ -18,6 +18,7 @@ pub mod algo;
 pub mod config;
 pub mod optim;
 pub mod policy_stack;
+pub mod preflight;
 pub mod recipes;
 pub mod schedule;
 pub mod session;
