@@ -140,3 +140,26 @@ pub trait Engine {
     /// The version of the weights the engine samples with now.
     fn weight_version(&self) -> u64;
 }
+
+/// A boxed engine is an engine (the trainer picks its engine at run time).
+impl<E: Engine + ?Sized> Engine for Box<E> {
+    fn generate(
+        &mut self,
+        requests: &[GenerateRequest],
+        params: &GenerateParams,
+    ) -> anyhow::Result<Vec<Completion>> {
+        (**self).generate(requests, params)
+    }
+
+    fn max_seq(&self) -> usize {
+        (**self).max_seq()
+    }
+
+    fn sync_weights(&mut self, sync: &WeightSync) -> anyhow::Result<()> {
+        (**self).sync_weights(sync)
+    }
+
+    fn weight_version(&self) -> u64 {
+        (**self).weight_version()
+    }
+}

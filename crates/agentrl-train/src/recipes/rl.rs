@@ -14,7 +14,7 @@ use std::time::Instant;
 use agentrl_chat::tiny::grammar::bias_table;
 use agentrl_chat::tiny::{TinyCodec, MAX_CANDIDATES, TOOL_NAMES};
 use agentrl_chat::ChatCodec;
-use agentrl_engine::{SamplingParams, WeightSync};
+use agentrl_engine::{Engine, NoisyLogprobs, SamplingParams, WeightSync};
 use agentrl_gym::sandbox::Executor;
 use agentrl_gym::{Action, BugFixEnv, EnvConfig, OutcomeCache, Split, TaskSet, ToolCall};
 use agentrl_model::{ConstrainedPolicy, LogitBias, Policy, TinyAgent, TinyConfig};
@@ -22,6 +22,7 @@ use agentrl_model::{ConstrainedPolicy, LogitBias, Policy, TinyAgent, TinyConfig}
 use crate::config::ModelKind;
 pub use crate::policy_stack::TinyPolicy;
 use crate::policy_stack::TrainPolicy;
+use crate::preflight::{preflight, PreflightReport, PreflightSetup};
 use agentrl_rl::KlController;
 use agentrl_rollout::{
     evaluate_split, run_groups_bounded, Batch, Episode, EvalReport, LiveBound, RolloutLimits,
@@ -29,7 +30,7 @@ use agentrl_rollout::{
 };
 use agentrl_run::{write_atomic_with, RunDir, TrainState};
 use anyhow::{bail, Context};
-use candle_core::{Device, Var};
+use candle_core::{DType, Device, Var};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -48,6 +49,7 @@ const STREAM_SHUFFLE: u64 = 0x7368_7566;
 const STREAM_EVAL: u64 = 0x6576_616c;
 const STREAM_WARMUP: u64 = 0x7761_726d;
 const STREAM_GREEDY: u64 = 0x6772_6479;
+const STREAM_PREFLIGHT: u64 = 0x7072_6566;
 
 /// Most episodes alive at once in one rollout (each holds a gym workspace on disk and a KV
 /// cache): larger steps and evaluations are sampled in chunks of whole groups.
@@ -120,6 +122,17 @@ pub struct Trainer {
     kl: KlController,
     pub state: TrainState,
     pub run: RunDir,
+    /// The engine's own copy of the weights, where it must not read the trainer's
+    /// (`engine.dtype = "bf16"`, async rollouts).
+    engine_copy: Option<EngineCopy>,
+    /// What the engine preflight measured (`engine.preflight`).
+    pub preflight: Option<PreflightReport>,
+}
+
+/// Weights an engine samples with, and their version.
+struct EngineCopy {
+    policy: Box<dyn TrainPolicy>,
+    version: u64,
 }
 
 impl Trainer {
@@ -137,8 +150,19 @@ impl Trainer {
             config.train.run_name.as_deref(),
         )?;
         run.write_config(&config.to_toml()?)?;
-        let trainer = Self::build(config, run, tasks)?;
-        Ok((trainer, warnings))
+        let root = run.root.clone();
+        let built = Self::build(config, run, tasks).and_then(|mut trainer| {
+            trainer.run_preflight()?;
+            Ok(trainer)
+        });
+        match built {
+            Ok(trainer) => Ok((trainer, warnings)),
+            Err(e) => {
+                // The run never started: take back the directory that holds only its config.
+                let _ = std::fs::remove_dir_all(&root);
+                Err(e)
+            }
+        }
     }
 
     /// Continues the run in `path` from its newest loadable checkpoint (or from scratch if it
@@ -187,6 +211,7 @@ impl Trainer {
                 .change_config(&changes, &trainer.config.to_toml()?)?;
         }
         trainer.run.truncate_metrics_after(step)?;
+        trainer.run_preflight()?;
         Ok(trainer)
     }
 
@@ -270,6 +295,15 @@ impl Trainer {
             }
             ModelKind::Qwen3 => bail!("model.kind = \"qwen3\" is not built yet"),
         };
+        let engine_dtype = parse_dtype("engine.dtype", &config.engine.dtype)?;
+        let engine_copy = if engine_dtype != DType::F32 || config.engine.async_rollouts {
+            Some(EngineCopy {
+                policy: policy.snapshot(engine_dtype)?,
+                version: 0,
+            })
+        } else {
+            None
+        };
         let named = policy.trainable_vars();
         let vars: Vec<Var> = named.iter().map(|(_, v)| v.clone()).collect();
         let optimizer = AdamW::new(
@@ -319,6 +353,8 @@ impl Trainer {
             state,
             run,
             config,
+            engine_copy,
+            preflight: None,
         })
     }
 
@@ -396,10 +432,7 @@ impl Trainer {
         shuffle_candidates: bool,
         rng: &mut ChaCha8Rng,
     ) -> anyhow::Result<Vec<Episode>> {
-        let mut engine = self.policy.local_engine();
-        engine.sync_weights(&WeightSync::Shared {
-            version: self.state.step as u64,
-        })?;
+        let mut engine = self.rollout_engine()?;
         let mut make_envs =
             |n: usize, rng: &mut ChaCha8Rng| -> Vec<ShuffledCandidates<BugFixEnv>> {
                 self.envs(n)
@@ -429,6 +462,103 @@ impl Trainer {
         )
     }
 
+    /// The engine the rollouts sample with: the trainer's own weights, or the engine's copy
+    /// of them; with `engine.logprob_noise`, behind the injected noise.
+    fn rollout_engine(&self) -> anyhow::Result<Box<dyn Engine + Send + '_>> {
+        let mut engine = match &self.engine_copy {
+            Some(copy) => {
+                let mut engine = copy.policy.local_engine();
+                engine.sync_weights(&WeightSync::Shared {
+                    version: copy.version,
+                })?;
+                engine
+            }
+            None => {
+                let mut engine = self.policy.local_engine();
+                engine.sync_weights(&WeightSync::Shared {
+                    version: self.state.step as u64,
+                })?;
+                engine
+            }
+        };
+        if self.config.engine.logprob_noise > 0.0 {
+            engine = Box::new(NoisyLogprobs::new(
+                engine,
+                self.config.engine.logprob_noise,
+            )?);
+        }
+        Ok(engine)
+    }
+
+    /// Brings the engine's copy of the weights (if it has one) to the trainer's.
+    fn sync_engine_copy(&mut self) -> anyhow::Result<()> {
+        if let Some(copy) = &mut self.engine_copy {
+            if copy.version != self.state.step as u64 {
+                copy.policy.copy_weights_from(self.policy.as_ref())?;
+                copy.version = self.state.step as u64;
+            }
+        }
+        Ok(())
+    }
+
+    /// The engine preflight (`engine.preflight`): the engine samples the first prompts of a
+    /// few training tasks, the trainer scores the same tokens, and a semantic mismatch
+    /// refuses the run ([`crate::preflight`]). The report is kept in
+    /// [`Trainer::preflight`] and written to the run's `preflight.json`.
+    pub fn run_preflight(&mut self) -> anyhow::Result<()> {
+        if !self.config.engine.preflight {
+            return Ok(());
+        }
+        self.sync_engine_copy()?;
+        let mut prompts = Vec::new();
+        for task_id in self.train_ids.iter().take(4) {
+            let task = self.tasks.get(task_id)?;
+            prompts.push(self.codec.prompt_ids(&task.observation())?);
+        }
+        let setup = PreflightSetup {
+            prompts,
+            sampling: self.config.sampling.clone(),
+            stop: self.codec.stop_ids(),
+            max_tokens: self.codec.max_action_tokens().min(16),
+            declared: self.config.engine.logprobs,
+            model_defaults: self.model_sampling_defaults()?,
+            seed: stream(self.config.train.seed, u64::MAX, STREAM_PREFLIGHT).random(),
+        };
+        let report = {
+            let mut engine = self.rollout_engine()?;
+            preflight(engine.as_mut(), self.policy.as_ref(), &setup)?
+        };
+        let json = serde_json::to_vec_pretty(&report)?;
+        agentrl_run::write_atomic(&self.run.root.join("preflight.json"), &json)?;
+        report.check()?;
+        self.preflight = Some(report);
+        Ok(())
+    }
+
+    /// The sampling defaults in the model folder's `generation_config.json` (what a server
+    /// fills in for parameters a request leaves out), for the preflight.
+    fn model_sampling_defaults(&self) -> anyhow::Result<Option<SamplingParams>> {
+        let Some(dir) = self.config.model.dir.as_deref() else {
+            return Ok(None);
+        };
+        if self.config.model.kind != ModelKind::Qwen3 {
+            return Ok(None);
+        }
+        let path = std::path::Path::new(dir).join("generation_config.json");
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            return Ok(None);
+        };
+        let value: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        let number =
+            |key: &str, default: f64| value.get(key).and_then(|v| v.as_f64()).unwrap_or(default);
+        Ok(Some(SamplingParams {
+            temperature: number("temperature", 1.0),
+            top_p: number("top_p", 1.0),
+            top_k: number("top_k", 0.0).max(0.0) as usize,
+        }))
+    }
+
     /// The action-token budget of one episode (`L_max` of DAPO's overlong shaping and of
     /// Dr. GRPO's normaliser).
     fn action_budget(&self) -> usize {
@@ -441,6 +571,7 @@ impl Trainer {
             return self.format_warmup_step();
         }
         let started = Instant::now();
+        self.sync_engine_copy()?;
         let step = self.state.step;
         let seed = self.config.train.seed;
         let group_size = self.config.rollout.group_size;
@@ -784,6 +915,15 @@ fn build_tiny(
         None
     };
     Ok((Box::new(policy), reference, Box::new(codec)))
+}
+
+/// A weight dtype named in the config.
+fn parse_dtype(field: &str, name: &str) -> anyhow::Result<DType> {
+    match name {
+        "f32" => Ok(DType::F32),
+        "bf16" => Ok(DType::BF16),
+        other => bail!("{field} = {other:?}: expected \"f32\" or \"bf16\""),
+    }
 }
 
 fn kl_controller(knobs: &Knobs, beta: f64) -> anyhow::Result<KlController> {
