@@ -8,12 +8,16 @@
 //! `top_p = 1` and `top_k = 0` the engine and the trainer agree to float rounding, and with a
 //! truncation the difference is the known mismatch that IS correction (ALGORITHMS.md §13)
 //! handles. `temperature = 0` means greedy decoding; its log-prob is then reported at
-//! temperature 1.
+//! temperature 1. [`sample_token_as`] reports the other kinds (raw, or processed =
+//! renormalised over the kept tokens) from the same draw, to reproduce a server's
+//! `logprobs_mode`.
 //!
 //! Sampling is deterministic for a given seeded generator: one uniform number per token.
 
 use rand::Rng;
 use serde::{Deserialize, Serialize};
+
+use crate::LogprobKind;
 
 /// How tokens are drawn. The one sampling-parameter type of the workspace: the trainer's
 /// `[sampling]` section, evaluation and every engine use it.
@@ -79,6 +83,24 @@ pub fn sample_token<R: Rng + ?Sized>(
     params: &SamplingParams,
     rng: &mut R,
 ) -> anyhow::Result<(u32, f32)> {
+    sample_token_as(logits, params, LogprobKind::TemperatureScaled, rng)
+}
+
+/// [`sample_token`], reporting the log-prob of the chosen `kind` (the token drawn does not
+/// depend on it):
+/// * [`LogprobKind::Raw`]: `log softmax(logits)`, no temperature (vLLM's `raw_logprobs`);
+/// * [`LogprobKind::TemperatureScaled`]: `log softmax(logits / T)` over the full vocabulary;
+/// * [`LogprobKind::Processed`]: the same, renormalised over the tokens top-k/top-p kept, i.e.
+///   the log-prob under the distribution actually sampled from (vLLM's `processed_logprobs`).
+///
+/// Greedy decoding (`T = 0`) reports `log softmax(logits)` for every kind, as vLLM does for
+/// greedy requests (no temperature, no truncation).
+pub fn sample_token_as<R: Rng + ?Sized>(
+    logits: &[f32],
+    params: &SamplingParams,
+    kind: LogprobKind,
+    rng: &mut R,
+) -> anyhow::Result<(u32, f32)> {
     anyhow::ensure!(!logits.is_empty(), "sampling: the logits row is empty");
     if let Some(bad) = logits.iter().position(|x| x.is_nan()) {
         anyhow::bail!(
@@ -102,14 +124,18 @@ pub fn sample_token<R: Rng + ?Sized>(
         return Ok((best as u32, lp as f32));
     }
     // Candidates in the order we walk the CDF: all tokens by id, or (top-k/top-p) the kept
-    // set by descending probability.
+    // set by descending probability (ties by id, so the order is total and reproducible).
     let mut order: Vec<usize> = (0..logp.len()).collect();
     let mut mass = 1.0;
     if params.truncates() {
-        order.sort_by(|&a, &b| logp[b].total_cmp(&logp[a]).then(a.cmp(&b)));
-        if params.top_k > 0 {
+        let by_probability = |a: &usize, b: &usize| logp[*b].total_cmp(&logp[*a]).then(a.cmp(b));
+        if params.top_k > 0 && params.top_k < order.len() {
+            // Partition out the top k first: sorting a 150k vocabulary per token is the cost
+            // otherwise, and the result is the same (the order is total).
+            order.select_nth_unstable_by(params.top_k - 1, by_probability);
             order.truncate(params.top_k);
         }
+        order.sort_by(by_probability);
         let mut cumulative = 0.0;
         let mut keep = 0;
         for &i in &order {
@@ -132,7 +158,12 @@ pub fn sample_token<R: Rng + ?Sized>(
             break;
         }
     }
-    Ok((chosen as u32, logp[chosen] as f32))
+    let logprob = match kind {
+        LogprobKind::TemperatureScaled => logp[chosen],
+        LogprobKind::Processed => logp[chosen] - mass.ln(),
+        LogprobKind::Raw => scaled_log_softmax(logits, 1.0)[chosen],
+    };
+    Ok((chosen as u32, logprob as f32))
 }
 
 #[cfg(test)]
@@ -192,6 +223,57 @@ mod tests {
             );
         }
         Ok(())
+    }
+
+    #[test]
+    fn logprob_kinds_report_raw_scaled_and_renormalised_values() {
+        let logits = [2.0f32, 1.0, 0.0, -1.0];
+        let params = SamplingParams {
+            temperature: 0.5,
+            top_k: 2,
+            ..Default::default()
+        };
+        let scaled = scaled_log_softmax(&logits, 0.5);
+        let raw = scaled_log_softmax(&logits, 1.0);
+        let kept_mass = scaled[0].exp() + scaled[1].exp();
+        let mut drawn = [false; 2];
+        for seed in 0..40 {
+            let draw = |kind| {
+                let mut rng = ChaCha8Rng::seed_from_u64(seed);
+                sample_token_as(&logits, &params, kind, &mut rng).unwrap()
+            };
+            let (token, as_scaled) = draw(LogprobKind::TemperatureScaled);
+            let (raw_token, as_raw) = draw(LogprobKind::Raw);
+            let (processed_token, as_processed) = draw(LogprobKind::Processed);
+            // The kind changes what is reported, never what is drawn.
+            assert_eq!((token, token), (raw_token, processed_token));
+            let t = token as usize;
+            drawn[t] = true;
+            assert!((as_scaled as f64 - scaled[t]).abs() < 1e-6);
+            assert!((as_raw as f64 - raw[t]).abs() < 1e-6);
+            assert!((as_processed as f64 - (scaled[t] - kept_mass.ln())).abs() < 1e-6);
+        }
+        assert_eq!(
+            drawn,
+            [true, true],
+            "both kept tokens are drawn over 40 seeds"
+        );
+        // Greedy reports log softmax(logits) whatever the kind.
+        let greedy = SamplingParams {
+            temperature: 0.0,
+            top_k: 2,
+            ..Default::default()
+        };
+        for kind in [
+            LogprobKind::Raw,
+            LogprobKind::TemperatureScaled,
+            LogprobKind::Processed,
+        ] {
+            let mut rng = ChaCha8Rng::seed_from_u64(0);
+            let (token, lp) = sample_token_as(&logits, &greedy, kind, &mut rng).unwrap();
+            assert_eq!(token, 0);
+            assert!((lp as f64 - raw[0]).abs() < 1e-6);
+        }
     }
 
     #[test]
