@@ -6,6 +6,7 @@ use agentrl_engine::{
     scaled_log_softmax, Completion, Engine, FinishReason, GenerateParams, GenerateRequest,
     LocalEngine, LogprobKind, Qwen3Replica, SamplingParams, WeightSync,
 };
+use agentrl_model::lora::LoraConfig;
 use agentrl_model::qwen3::{LoadOptions, Qwen3, Qwen3Config};
 use candle_core::{DType, Device, IndexOp, Tensor};
 
@@ -108,19 +109,34 @@ fn max_gap(gen: &Completion, want: &[f64]) -> f64 {
 
 #[test]
 fn sampled_logprobs_are_the_trainers_temperature_scaled_logprobs() {
-    let model = trainer(1, false);
+    let plain = trainer(1, false);
+    // The same base with a LoRA adapter whose B factors are nonzero (a trained adapter).
+    let mut adapted = trainer(1, false);
+    let lora = LoraConfig {
+        rank: 2,
+        alpha: 4.0,
+        target_modules: vec!["q_proj".into(), "v_proj".into(), "down_proj".into()],
+    };
+    adapted.add_lora(&lora, 2).unwrap();
+    for (_, var) in adapted.lora_vars() {
+        var.set(&(var.as_tensor() + 0.2).unwrap()).unwrap();
+    }
     let prompts = prompts();
     // Truncation changes what is drawn, never what is reported: still log softmax(z / T)
     // over the full vocabulary.
-    for knobs in [sampling(0.7, 1.0, 0), sampling(1.3, 0.9, 8)] {
-        let mut engine = LocalEngine::new(&model);
+    for (model, knobs) in [
+        (&plain, sampling(0.7, 1.0, 0)),
+        (&plain, sampling(1.3, 0.9, 8)),
+        (&adapted, sampling(1.0, 1.0, 0)),
+    ] {
+        let mut engine = LocalEngine::new(model);
         let gens = engine
             .generate(&requests(&prompts, 3), &params(knobs.clone(), 12, &[]))
             .unwrap();
         for (prompt, gen) in prompts.iter().zip(&gens) {
             assert_eq!(gen.logprob_kind, LogprobKind::TemperatureScaled);
             assert_eq!(gen.tokens.len(), 12);
-            let want = trainer_logprobs(&model, prompt, &gen.tokens, knobs.temperature);
+            let want = trainer_logprobs(model, prompt, &gen.tokens, knobs.temperature);
             let gap = max_gap(gen, &want);
             assert!(gap < 1e-4, "{knobs:?}: engine vs trainer {gap}");
         }
@@ -162,7 +178,7 @@ fn generation_stops_on_any_stop_id_and_at_the_length_caps() {
     let mut engine = LocalEngine::new(&model);
     let gens = engine
         .generate(
-            &requests(&[long.clone()], 0),
+            &requests(std::slice::from_ref(&long), 0),
             &params(sampling(1.0, 1.0, 0), 20, &[]),
         )
         .unwrap();
