@@ -18,9 +18,10 @@
 //!   keeps a step to a fixed number of kernels whatever the number of rows (per-row attention
 //!   would launch a few kernels per row and layer, which dominates on a GPU). The cache is
 //!   preallocated with spare capacity and written in place, so a decoding step copies only the
-//!   new keys and values, never the whole cache. Invalid slots waste attention work only for the
-//!   length differences within one step (a prefill of uneven prompts); [`RaggedKvCache::
-//!   retain_rows`] drops slots no kept row uses.
+//!   new keys and values, never the whole cache. The price is attention work on invalid slots:
+//!   the length differences within a step (a prefill of uneven prompts), and the steps a row
+//!   sits out (a finished row while others decode). [`RaggedKvCache::retain_rows`] drops slots
+//!   no kept row uses.
 //! * The logits use the same inference kernels as `ForwardMode::Inference`, so they match the
 //!   full forward pass to float rounding, and a row's logits do not depend on the other rows
 //!   (masked entries contribute exact zeros).
