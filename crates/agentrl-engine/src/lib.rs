@@ -26,11 +26,13 @@ use serde::{Deserialize, Serialize};
 
 pub mod local;
 pub mod noise;
+pub mod qwen3;
 pub mod sampling;
 
 pub use local::{Decoder, LocalEngine};
 pub use noise::NoisyLogprobs;
-pub use sampling::{sample_token, scaled_log_softmax, SamplingParams};
+pub use qwen3::Qwen3Replica;
+pub use sampling::{sample_token, sample_token_as, scaled_log_softmax, SamplingParams};
 
 /// One row of a generate call.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,7 +10,20 @@
 //! extends what that session holds, only the new suffix (the last sampled token plus the
 //! observation) is fed, as vLLM's automatic prefix caching would do; otherwise the cache is
 //! rebuilt from the full prompts. Either way the logits are the same: the cache is an
-//! optimisation, never a change of what is computed.
+//! optimisation, never a change of what is computed. A weight change drops the cache (its keys
+//! and values were computed with the old weights).
+//!
+//! **Log-probs.** By default the engine reports [`LogprobKind::TemperatureScaled`], what the
+//! trainer scores. [`LocalEngine::with_logprob_kind`] makes it report `Raw` or `Processed`
+//! instead, as a server with that `logprobs_mode` would: the samples are the same, only the
+//! reported log-probs (and their declared kind) change. That is how tests inject a known
+//! semantic mismatch.
+//!
+//! **Weights.** A decoder that borrows the trainer's model (`LocalEngine<&Qwen3>`) samples
+//! with its current weights, and [`WeightSync::Shared`] only records the version. A decoder
+//! that holds a copy of its own ([`Decoder::holds_own_weights`], e.g. a bf16 replica) refuses
+//! `Shared` — the copy would silently go stale — and is refreshed with
+//! [`LocalEngine::update_decoder`].
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -18,7 +31,7 @@ use rand_chacha::ChaCha8Rng;
 use agentrl_model::{ConstrainedPolicy, KvCache, Policy, TinyAgent};
 use candle_core::Tensor;
 
-use crate::sampling::sample_token;
+use crate::sampling::sample_token_as;
 use crate::{
     Completion, Engine, FinishReason, GenerateParams, GenerateRequest, LogprobKind, WeightSync,
 };
@@ -40,6 +53,11 @@ pub trait Decoder {
     fn retain_rows(&self, cache: &mut Self::Cache, keep: &[usize]) -> anyhow::Result<()>;
     /// Longest sequence the policy accepts.
     fn max_seq(&self) -> usize;
+    /// Whether the decoder samples with a copy of the trainer's weights rather than the
+    /// trainer's own (see the module doc, "Weights").
+    fn holds_own_weights(&self) -> bool {
+        false
+    }
 }
 
 impl Decoder for TinyAgent {
@@ -125,6 +143,10 @@ impl<P: Policy + Decoder> Decoder for ConstrainedPolicy<P> {
     fn max_seq(&self) -> usize {
         Decoder::max_seq(self.inner())
     }
+
+    fn holds_own_weights(&self) -> bool {
+        self.inner().holds_own_weights()
+    }
 }
 
 impl<D: Decoder + ?Sized> Decoder for &D {
@@ -145,6 +167,9 @@ impl<D: Decoder + ?Sized> Decoder for &D {
     fn max_seq(&self) -> usize {
         (**self).max_seq()
     }
+    fn holds_own_weights(&self) -> bool {
+        (**self).holds_own_weights()
+    }
 }
 
 /// A cache ready for a call, and what each of its rows still has to feed.
@@ -157,25 +182,53 @@ struct CachedRows<C> {
     rows: Vec<(u64, Vec<u32>)>,
 }
 
-/// Turn-level sampling over a [`Decoder`] in this process. It reads the decoder's weights
-/// directly, so weight sync only records the version.
+/// Turn-level sampling over a [`Decoder`] in this process (see the module doc for prefix
+/// caching, log-prob kinds and weights).
 pub struct LocalEngine<D: Decoder> {
     decoder: D,
     cached: Option<CachedRows<D::Cache>>,
     version: u64,
+    logprob_kind: LogprobKind,
 }
 
 impl<D: Decoder> LocalEngine<D> {
+    /// An engine reporting [`LogprobKind::TemperatureScaled`] log-probs, at weight version 0.
     pub fn new(decoder: D) -> Self {
         Self {
             decoder,
             cached: None,
             version: 0,
+            logprob_kind: LogprobKind::TemperatureScaled,
         }
+    }
+
+    /// Reports log-probs of `kind` (vLLM's `logprobs_mode`) instead of the temperature-scaled
+    /// ones the trainer scores; the sampled tokens do not change.
+    pub fn with_logprob_kind(mut self, kind: LogprobKind) -> Self {
+        self.logprob_kind = kind;
+        self
+    }
+
+    /// The kind of log-prob every completion reports.
+    pub fn logprob_kind(&self) -> LogprobKind {
+        self.logprob_kind
     }
 
     pub fn decoder(&self) -> &D {
         &self.decoder
+    }
+
+    /// Changes the decoder's weights with `update` (e.g. refreshes a replica from the
+    /// trainer), then drops the prefix cache and samples as weight version `version`.
+    pub fn update_decoder(
+        &mut self,
+        version: u64,
+        update: impl FnOnce(&mut D) -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        self.cached = None;
+        update(&mut self.decoder)?;
+        self.version = version;
+        Ok(())
     }
 
     /// Reuses the cache when every request extends a cached session; returns the cache, each
@@ -252,7 +305,7 @@ impl<D: Decoder> Engine for LocalEngine<D> {
                 tokens: Vec::new(),
                 logprobs: Vec::new(),
                 finish: FinishReason::Length,
-                logprob_kind: LogprobKind::TemperatureScaled,
+                logprob_kind: self.logprob_kind,
                 weight_version: self.version,
             })
             .collect();
@@ -280,13 +333,18 @@ impl<D: Decoder> Engine for LocalEngine<D> {
                 let row_logits = logits[i]
                     .as_ref()
                     .ok_or_else(|| anyhow::anyhow!("generate: row {i} fed nothing"))?;
-                let (token, logprob) = sample_token(row_logits, &params.sampling, &mut rngs[i])
-                    .map_err(|e| {
-                        e.context(format!(
-                            "generate: row {i}, completion token {}",
-                            out[i].tokens.len()
-                        ))
-                    })?;
+                let (token, logprob) = sample_token_as(
+                    row_logits,
+                    &params.sampling,
+                    self.logprob_kind,
+                    &mut rngs[i],
+                )
+                .map_err(|e| {
+                    e.context(format!(
+                        "generate: row {i}, completion token {}",
+                        out[i].tokens.len()
+                    ))
+                })?;
                 let completion = &mut out[i];
                 completion.tokens.push(token);
                 completion.logprobs.push(logprob);
@@ -310,7 +368,13 @@ impl<D: Decoder> Engine for LocalEngine<D> {
 
     fn sync_weights(&mut self, sync: &WeightSync) -> anyhow::Result<()> {
         match sync {
+            WeightSync::Shared { .. } if self.decoder.holds_own_weights() => anyhow::bail!(
+                "sync_weights: this local engine samples with its own copy of the weights, which \
+                 a shared sync would leave stale; refresh it with LocalEngine::update_decoder"
+            ),
             WeightSync::Shared { version } => {
+                // The trainer changed the weights in place: cached keys and values are stale.
+                self.cached = None;
                 self.version = *version;
                 Ok(())
             }

@@ -4,7 +4,8 @@
 //!
 //! Where it sits: an HF model folder → [`Qwen3::load`] → logits for the trainer (through
 //! [`crate::Policy`]), token log-probs for scoring ([`Qwen3::score_sequence`], `agentrl score`),
-//! and KV-cached decoding for the engine ([`Qwen3::forward_with_cache`]).
+//! and KV-cached decoding: a rectangular batch ([`Qwen3::forward_with_cache`]) or, for the
+//! engine, a ragged batch of rows at different lengths ([`Qwen3::forward_step_ragged`]).
 //!
 //! Inside the model: token ids `[B, T]` → embedding → `num_hidden_layers` × (RMSNorm → attention with
 //! per-head q/k RMSNorm *before* RoPE and grouped-query heads → residual → RMSNorm → SiLU-gated
@@ -22,12 +23,15 @@
 //! see it, and log-probs of real tokens are exact.
 //!
 //! Layout: `config.rs` ([`Qwen3Config`], the HF `config.json`), `model.rs` ([`Qwen3`], its
-//! weights and forward passes), `cache.rs` ([`KvCache`], the decoding state).
+//! weights and forward passes), `cache.rs` ([`KvCache`], the rectangular decoding state),
+//! `ragged.rs` ([`RaggedKvCache`] and the ragged decoding step).
 
 mod cache;
 mod config;
 mod model;
+mod ragged;
 
 pub use cache::KvCache;
 pub use config::Qwen3Config;
 pub use model::{gather_logprobs, ForwardMode, LoadOptions, Qwen3};
+pub use ragged::RaggedKvCache;

@@ -48,7 +48,7 @@ impl Default for LoadOptions {
 
 /// A linear layer `y = x W^T` (no bias), optionally with a LoRA update.
 #[derive(Debug, Clone)]
-struct Linear {
+pub(super) struct Linear {
     /// `[out, in]`, HF layout.
     weight: Tensor,
     lora: Option<LoraWeights>,
@@ -56,7 +56,7 @@ struct Linear {
 
 impl Linear {
     /// `x: [N, in]` → `[N, out]`.
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    pub(super) fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let base = x.matmul(&self.weight.t()?)?;
         match &self.lora {
             None => Ok(base),
@@ -71,26 +71,26 @@ impl Linear {
 }
 
 #[derive(Debug, Clone)]
-struct Attention {
-    q_proj: Linear,
-    k_proj: Linear,
-    v_proj: Linear,
-    o_proj: Linear,
-    q_norm: Tensor,
-    k_norm: Tensor,
+pub(super) struct Attention {
+    pub(super) q_proj: Linear,
+    pub(super) k_proj: Linear,
+    pub(super) v_proj: Linear,
+    pub(super) o_proj: Linear,
+    pub(super) q_norm: Tensor,
+    pub(super) k_norm: Tensor,
 }
 
 #[derive(Debug, Clone)]
-struct Mlp {
+pub(super) struct Mlp {
     gate_proj: Linear,
     up_proj: Linear,
     down_proj: Linear,
 }
 
 #[derive(Debug, Clone)]
-struct DecoderLayer {
-    input_layernorm: Tensor,
-    self_attn: Attention,
+pub(super) struct DecoderLayer {
+    pub(super) input_layernorm: Tensor,
+    pub(super) self_attn: Attention,
     post_attention_layernorm: Tensor,
     mlp: Mlp,
 }
@@ -98,18 +98,18 @@ struct DecoderLayer {
 /// The Qwen3 causal language model.
 #[derive(Debug, Clone)]
 pub struct Qwen3 {
-    config: Qwen3Config,
-    embed_tokens: Tensor,
-    layers: Vec<DecoderLayer>,
+    pub(super) config: Qwen3Config,
+    pub(super) embed_tokens: Tensor,
+    pub(super) layers: Vec<DecoderLayer>,
     norm: Tensor,
     /// `None` when the output projection is tied to `embed_tokens`.
     lm_head: Option<Tensor>,
     /// RoPE inverse frequencies, `head_dim / 2` of them, computed in f32 as transformers does.
-    inv_freq: Vec<f32>,
+    pub(super) inv_freq: Vec<f32>,
     /// Base weights registered as variables (empty when the base is frozen).
     base_vars: Vec<(String, Var)>,
-    dtype: DType,
-    device: Device,
+    pub(super) dtype: DType,
+    pub(super) device: Device,
 }
 
 impl Qwen3 {
@@ -330,6 +330,77 @@ impl Qwen3 {
         let mut out = self.base_vars.clone();
         out.extend(self.lora_vars());
         out
+    }
+
+    /// A frozen copy of this model for an inference engine: every base weight copied into
+    /// storage of its own in `dtype` on `device` (so a bf16 engine can run against an f32
+    /// trainer), nothing registered as trainable, and no autograd link back to this model.
+    /// LoRA adapters are copied unmerged: merging them into a bf16 base would round small
+    /// updates away (ENGINES.md, "Weight sync"). Later trainer updates reach the copy only
+    /// through [`Qwen3::copy_weights_from`].
+    pub fn inference_copy(&self, dtype: DType, device: &Device) -> Result<Qwen3> {
+        let tensors = self
+            .named_weights()
+            .into_iter()
+            .map(|(name, tensor)| Ok((name, detached_copy(&tensor, dtype, device)?)))
+            .collect::<Result<HashMap<_, _>>>()?;
+        let options = LoadOptions {
+            dtype,
+            device: device.clone(),
+            trainable: false,
+        };
+        let mut copy = Self::from_tensors(
+            self.config.clone(),
+            tensors,
+            &options,
+            Path::new("<inference copy>"),
+        )?;
+        let adapters: Vec<Option<LoraWeights>> = self
+            .linears()
+            .into_iter()
+            .map(|(_, linear)| linear.lora.clone())
+            .collect();
+        for ((_, linear), adapter) in copy.linears_mut().into_iter().zip(adapters) {
+            linear.lora = match adapter {
+                None => None,
+                Some(adapter) => {
+                    // `Var::from_tensor` of a non-variable copies into fresh storage.
+                    let convert = |var: &Var| -> Result<Var> {
+                        let tensor = var.as_tensor().detach().to_dtype(dtype)?;
+                        Ok(Var::from_tensor(&tensor.to_device(device)?)?)
+                    };
+                    Some(LoraWeights {
+                        a: convert(&adapter.a)?,
+                        b: convert(&adapter.b)?,
+                        scale: adapter.scale,
+                    })
+                }
+            };
+        }
+        Ok(copy)
+    }
+
+    /// Overwrites this inference copy (see [`Qwen3::inference_copy`]) with `source`'s current
+    /// weights and adapters, keeping this copy's dtype and device: how an engine-side copy
+    /// catches up after a trainer update.
+    pub fn copy_weights_from(&mut self, source: &Qwen3) -> Result<()> {
+        if !self.base_vars.is_empty() {
+            bail!(
+                "copy_weights_from: this model has trainable base weights; only a frozen \
+                 inference copy (Qwen3::inference_copy) may be overwritten"
+            );
+        }
+        if self.config != source.config {
+            bail!(
+                "copy_weights_from: the source's config differs from this copy's \
+                 (source {:?}, copy {:?})",
+                source.config,
+                self.config
+            );
+        }
+        let device = self.device.clone();
+        *self = source.inference_copy(self.dtype, &device)?;
+        Ok(())
     }
 
     fn linears(&self) -> Vec<(String, &Linear)> {
@@ -608,12 +679,28 @@ impl Qwen3 {
             mode,
         )?;
         let hidden = (hidden + attended)?;
-        let normed = self.rms_norm(&hidden, &layer.post_attention_layernorm, mode)?;
+        self.mlp_residual(layer, &hidden, mode)
+    }
+
+    /// The second half of a decoder layer on `hidden: [N, H]`: RMSNorm, the SiLU-gated MLP, and
+    /// the residual.
+    pub(super) fn mlp_residual(
+        &self,
+        layer: &DecoderLayer,
+        hidden: &Tensor,
+        mode: ForwardMode,
+    ) -> Result<Tensor> {
+        let normed = self.rms_norm(hidden, &layer.post_attention_layernorm, mode)?;
         let mlp = &layer.mlp;
         let gate = mlp.gate_proj.forward(&normed)?.silu()?;
         let up = mlp.up_proj.forward(&normed)?;
         let down = mlp.down_proj.forward(&(gate * up)?)?;
         Ok((hidden + down)?)
+    }
+
+    /// The final RMSNorm and the output projection: `hidden: [N, H]` → logits `[N, V]`.
+    pub(super) fn logits_from_hidden(&self, hidden: &Tensor, mode: ForwardMode) -> Result<Tensor> {
+        self.project_to_vocab(&self.rms_norm(hidden, &self.norm, mode)?)
     }
 
     /// Grouped-query attention on `x: [B*T, H]`. Query heads are grouped by the key/value head
@@ -691,7 +778,12 @@ impl Qwen3 {
     }
 
     /// RMSNorm over the last dimension, computed in f32 like transformers' `Qwen3RMSNorm`.
-    fn rms_norm(&self, x: &Tensor, weight: &Tensor, mode: ForwardMode) -> Result<Tensor> {
+    pub(super) fn rms_norm(
+        &self,
+        x: &Tensor,
+        weight: &Tensor,
+        mode: ForwardMode,
+    ) -> Result<Tensor> {
         let eps = self.config.rms_norm_eps as f32;
         Ok(match mode {
             ForwardMode::Train => candle_nn::ops::rms_norm_slow(x, weight, eps)?,
@@ -717,6 +809,16 @@ impl Qwen3 {
     }
 }
 
+/// `tensor` in `dtype` on `device`, in storage of its own and with no autograd link to it.
+fn detached_copy(tensor: &Tensor, dtype: DType, device: &Device) -> Result<Tensor> {
+    let source = tensor.detach();
+    if source.dtype() == dtype && source.device().same_device(device) {
+        Ok(source.copy()?.detach())
+    } else {
+        Ok(source.to_dtype(dtype)?.to_device(device)?.detach())
+    }
+}
+
 /// `log_softmax(logits)[targets]` in f32: `[B, T, V]`, `[B, T]` → `[B, T]`, differentiable.
 /// The same function as [`crate::fused::log_softmax_gather`], which computes it; kept under this
 /// name as Qwen3's API.
@@ -725,7 +827,7 @@ pub fn gather_logprobs(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
 }
 
 /// Softmax over the last dimension, in f32 for half-precision inputs (as transformers does).
-fn softmax_last(x: &Tensor, mode: ForwardMode) -> Result<Tensor> {
+pub(super) fn softmax_last(x: &Tensor, mode: ForwardMode) -> Result<Tensor> {
     let dtype = x.dtype();
     let x32 = x.to_dtype(DType::F32)?;
     let probs = match mode {
@@ -736,7 +838,12 @@ fn softmax_last(x: &Tensor, mode: ForwardMode) -> Result<Tensor> {
 }
 
 /// RoPE (rotate-half convention) on `x: [B, T, heads, head_dim]` with tables `[T, head_dim/2]`.
-fn apply_rotary(x: &Tensor, cos: &Tensor, sin: &Tensor, mode: ForwardMode) -> Result<Tensor> {
+pub(super) fn apply_rotary(
+    x: &Tensor,
+    cos: &Tensor,
+    sin: &Tensor,
+    mode: ForwardMode,
+) -> Result<Tensor> {
     match mode {
         ForwardMode::Inference => Ok(candle_nn::rotary_emb::rope_thd(&x.contiguous()?, cos, sin)?),
         ForwardMode::Train => {
