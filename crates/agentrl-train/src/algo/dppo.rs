@@ -23,8 +23,9 @@ pub const PRESET_TV: Knobs = Knobs {
     // threshold under `dppo_tv`.
     eps_low: 0.2,
     eps_high: 0.2,
-    // c = 20: verl's default inside the DPPO losses; the paper (§5.4) recommends a large
-    // truncation, since a small one biases the gradient.
+    // c = 20: the fallback inside verl's DPPO functions (verl's actor config passes its
+    // global `clip_ratio_c = 3` instead); the paper (§5.4) recommends a large truncation,
+    // since a small one biases the gradient.
     dual_clip_c: Some(20.0),
     loss_agg_mode: AggMode::TokenMean,
     ..BASE
