@@ -193,6 +193,11 @@ pub const BASE: Knobs = Knobs {
     loss_type: BypassLossType::PpoClip,
 };
 
+/// Knobs renamed to verl's names, `(old, new)`: run directories written before the rename
+/// store the old key, and still load.
+const LEGACY_NAMES: [(&str, &str); 2] =
+    [("agg", "loss_agg_mode"), ("kl_estimator", "kl_loss_type")];
+
 impl Knobs {
     /// The knobs of `algorithm`'s preset with `overrides` (the `[algorithm]` table without its
     /// `name`) merged on top. Errors name the unknown or mistyped key.
@@ -203,7 +208,18 @@ impl Knobs {
             other => anyhow::bail!("algorithm preset serialised as {other:?}, not a table"),
         };
         for (key, value) in overrides {
-            table.insert(key.clone(), value.clone());
+            let key = match LEGACY_NAMES.iter().find(|(old, _)| old == key) {
+                Some((old, new)) => {
+                    anyhow::ensure!(
+                        !overrides.contains_key(*new),
+                        "[algorithm] ({algorithm}): algorithm.{old} and algorithm.{new} are the \
+                         same knob (`{old}` is its name before verl's); set only {new}"
+                    );
+                    (*new).to_string()
+                }
+                None => key.clone(),
+            };
+            table.insert(key, value.clone());
         }
         Knobs::deserialize(toml::Value::Table(table)).map_err(|e| {
             // A value deserialiser's error does not say which key it was reading: find the

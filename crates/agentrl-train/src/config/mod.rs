@@ -171,7 +171,18 @@ mod tests {
         // Dead knobs are gone.
         assert!(with(&["algorithm.ratio_level=token"]).is_err());
         assert!(with(&["algorithm.clip_eps=0.2"]).is_err());
-        assert!(with(&["algorithm.agg=token-mean"]).is_err());
+        // The names before verl's still load (old run directories), once.
+        let legacy = with(&["algorithm.agg=token-sum", "algorithm.kl_estimator=k2"]).unwrap();
+        assert_eq!(legacy.algorithm.knobs.loss_agg_mode, AggMode::TokenSum);
+        assert_eq!(
+            legacy.algorithm.knobs.kl_loss_type,
+            agentrl_rl::KlEstimator::K2
+        );
+        let err = with(&[
+            "algorithm.agg=token-sum",
+            "algorithm.loss_agg_mode=token-mean",
+        ]);
+        assert!(format!("{:#}", err.unwrap_err()).contains("same knob"));
     }
 
     /// verl's names select the estimator, loss, aggregation, KL type and rollout correction on
