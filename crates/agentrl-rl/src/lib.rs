@@ -39,7 +39,7 @@
 //! | Clip-Cov / KL-Cov (§12) | [`group_advantages`]`(GrpoStd)` → [`clip_cov_loss`]`(ε = 0.2, r = 2e-4, ω = [1, 5])` or [`kl_cov_loss`]`(k = 2e-3, β = 1)` (`PolicyLoss::ClipCov` / `KlCov`) → `token-mean`; no KL loss; monitor [`entropy_from_logits`] |
 //! | DPO (§14) | [`sequence_log_probs`] for policy and reference, chosen and rejected → [`dpo_loss`]`(β = 0.1)` |
 //! | RFT / RAFT / STaR (§14) | keep passing samples (e.g. [`dynamic_sampling_filter`]-style selection by reward) → [`sft_nll_loss`] → `token-mean` |
-//! | GKD (§15) | mix data (share `λ = 0.5` sampled from the student) → student and teacher logits `[B, T, V]` → [`gkd_loss`]`(β = 0.5, τ = 0.9)` = [`gkd_jsd_per_token`] → `token-mean` |
+//! | GKD (§15) | mix data (share `λ = 0.5` sampled from the student) → student and teacher logits `[B, T, V]` → [`gkd_loss`]`(β = 0.5, τ = 0.9)` = [`gkd_jsd_per_token`] → `token-mean`. No RL preset: it needs a teacher's full-vocabulary logits and no reward, so it belongs to distillation (issue 15) |
 //! | On-policy distillation (§15) | [`distill_advantages`]`(c = 1)` → [`vanilla_pg_loss`] (importance-sampling PG) or [`ppo_clip_loss`] → `token-mean` |
 //! | MT-GRPO / GiGPO (§17) | turn-level rewards → [`group_advantages`] per turn group, added to the episode advantage → [`ppo_clip_loss`] → `token-mean` |
 //! | any | + [`entropy_bonus_loss`]`(c_H)` on [`entropy_from_logits`]; evaluation: [`pass_at_k`], [`pass_hat_k`], [`bootstrap_ci`] |
@@ -70,20 +70,80 @@
 //! | verl rollout correction (§13 TIS/MIS/IcePop) | [`RolloutCorrectionConfig`] (verl's strings) → [`RolloutCorrectionSpec`] → [`rollout_correction_and_rejection`]: token/sequence IS (truncated, `"lo_hi"` IcePop, batch-normalised), rejection `token_k1..3`, `seq_sum_k1..3`, `seq_mean_k1..3`, `seq_max_k2/3`, comma-combined; `rollout_corr/…` metrics |
 //! | `masked_var` (verl `torch_functional`) | [`masked_var`]`(unbiased)`: `Σ m (x − μ)²/Σ m`, × `n/(n − 1)` |
 //!
+//! ## Every option by verl's name
+//!
+//! The trainer (`agentrl-train`, `[algorithm]`) selects each of these by verl's name on any
+//! preset, with the knob named as verl names it (`agentrl_train::algo::registry` maps names to
+//! the variants below with the knobs' parameters). `§` is ALGORITHMS.md's section; where it has
+//! none, the paper, and the formula is in the table above.
+//!
+//! | config field (verl) | verl name | here | reference |
+//! |---|---|---|---|
+//! | `adv_estimator` | `gae` | [`AdvantageEstimator::Gae`]: [`gae`] → [`masked_whiten`] | §2 |
+//! | | `grpo` (`grpo_vectorized`) | [`AdvantageEstimator::Grpo`]: [`group_advantages`]`(GrpoStd \| MeanOnly)` | §4, §5 |
+//! | | `rloo` | [`AdvantageEstimator::Rloo`]: [`group_advantages`]`(LeaveOneOut)` | §7 |
+//! | | `reinforce_plus_plus` | [`AdvantageEstimator::ReinforcePlusPlus`]: [`reinforce_pp_advantages`] | §8 |
+//! | | `reinforce_plus_plus_baseline` | [`AdvantageEstimator::ReinforcePlusPlusBaseline`]: [`reinforce_pp_baseline_advantages`] | §8 |
+//! | | `remax` | [`AdvantageEstimator::Remax`]: [`remax_advantages`] | arXiv:2310.10505 |
+//! | | `opo` | [`AdvantageEstimator::Opo`]: [`opo_advantages`] | arXiv:2505.23585 |
+//! | | `gpg` | [`AdvantageEstimator::Gpg`]: [`gpg_advantages`] | arXiv:2504.02546 |
+//! | | `grpo_passk` | [`AdvantageEstimator::GrpoPassk`]: [`grpo_passk_advantages`] | arXiv:2503.19595 |
+//! | | `gdpo` | [`AdvantageEstimator::Gdpo`]: [`gdpo_advantages`] | arXiv:2601.05242 |
+//! | | `optimal_token_baseline` | [`AdvantageEstimator::OptimalTokenBaseline`]: [`sum_pi_squared`] → [`optimal_token_baseline_advantages`] | verl `docs/algo/otb.md` |
+//! | | `tir_optimal_token_baseline` | [`AdvantageEstimator::TirOptimalTokenBaseline`]: [`tir_optimal_token_baseline_advantages`] | verl `docs/algo/otb.md` |
+//! | `policy_loss` (verl `policy_loss.loss_mode`) | `vanilla` | [`PolicyLoss::PpoClip`]: [`ppo_clip_loss`] (dual clip with `dual_clip_c`) | §3, §6 |
+//! | | `gspo` | [`PolicyLoss::GspoToken`]: [`gspo_token_loss`] | §9 |
+//! | | `cispo` | [`PolicyLoss::Cispo`]: [`cispo_loss`] | §10 |
+//! | | `clip_cov` | [`PolicyLoss::ClipCov`]: [`clip_cov_loss`] | §12 |
+//! | | `kl_cov` | [`PolicyLoss::KlCov`]: [`kl_cov_loss`] | §12 |
+//! | | `sapo` | [`PolicyLoss::Sapo`]: [`sapo_loss`] | arXiv:2511.20347 |
+//! | | `geo_mean` | [`PolicyLoss::GeoMean`]: [`geo_mean_loss`] | arXiv:2507.20673 |
+//! | | `gpg` | [`PolicyLoss::Gpg`]: [`gpg_loss`] | arXiv:2504.02546 |
+//! | | `dppo_tv`, `dppo_kl` | [`PolicyLoss::DppoTv`], [`PolicyLoss::DppoKl`]: [`dppo_loss`] | arXiv:2602.04879 |
+//! | | `dro` | [`PolicyLoss::Dro`]: [`dro_loss`] | arXiv:2405.19107 |
+//! | | `bypass_mode` (set by `bypass_mode = true`, as in verl) | [`PolicyLoss::BypassMode`]: [`bypass_mode_loss`] | §13 |
+//! | | agentrl only: `vanilla_pg` | [`PolicyLoss::Vanilla`]: [`vanilla_pg_loss`] | §1, §7 |
+//! | | agentrl only: `gspo_sequence` | [`PolicyLoss::Gspo`]: [`gspo_loss`] | §9 |
+//! | `loss_agg_mode` | `token-mean`, `token-sum`, `seq-mean-token-sum`, `seq-mean-token-mean`, `seq-mean-token-sum-norm` | [`AggMode`] in [`aggregate`] (global-batch normalisation: [`AggScale::verl`]) | §0, §17 |
+//! | `kl_loss_type` (verl `kl_loss_type`, or `kl_penalty` in the reward) | `kl`/`k1`, `mse`/`k2`, `low_var_kl`/`k3`, `abs`, `k1+`/`kl+`, `k2+`/`mse+`, `k3+`/`low_var_kl+`, `abs+` | [`KlEstimator`] in [`kl_loss`] / [`apply_kl_to_rewards`] | §11 |
+//! | `rollout_is`, `rollout_is_threshold`, `rollout_is_batch_normalize` | `token`, `sequence`; `C` or `"lo_hi"`; bool | [`RolloutCorrectionConfig`] → [`RolloutCorrectionSpec`] → [`rollout_correction_and_rejection`] | §13 (TIS, IcePop, MIS) |
+//! | `rollout_rs`, `rollout_rs_threshold` | `token_k1..3`, `seq_sum_k1..3`, `seq_mean_k1..3`, `seq_max_k2/3`, comma-combined; thresholds shared or paired | [`RsOption`], [`RsFilter`] | §13; verl `rollout_corr_math.md` |
+//! | `bypass_mode`, `loss_type` | `true`; `ppo_clip`, `reinforce` | [`PolicyLoss::BypassMode`], [`BypassLossType`] | §13 "bypass" |
+//! | (distillation) | GKD | [`gkd_loss`] | §15; the distillation recipe, issue 15 |
+//!
 //! The trainer's presets (`agentrl-train`, `algorithm.name`, one file each in its `algo/`)
 //! compose these as: `opo`, `gpg`, `remax` (with a greedy episode per task for the baseline),
-//! `sapo`, `geo_mean` (GMPO), `dppo_tv` / `dppo_kl`, `dro`, and from the first table
-//! `clip_cov` / `kl_cov`; GKD needs a teacher and has no RL preset.
+//! `sapo`, `geo_mean` (GMPO), `dppo_tv` / `dppo_kl`, `dro`, `gdpo` (the gym's verdict split
+//! into `hidden_solved`, `hidden_fraction` and `format` components), `grpo_passk`,
+//! `optimal_token_baseline` / `tir_optimal_token_baseline` (Σπ² from the trainer's logits),
+//! `bypass_ppo_clip_k3_rs` / `bypass_pg_is` (verl's bypass-mode presets of those names), and
+//! from the first table `clip_cov` / `kl_cov`. GKD needs a teacher: distillation (issue 15).
 //!
 //! ## Remaining differences from verl 0.9.1 (everything else matches its own functions at f32
 //! tolerance, see `tests/verl_fixtures.rs`)
 //!
-//! - **Two loss names mean different things.** verl's `loss_mode: vanilla` is PPO clip with
-//!   dual clip (`clip_ratio_c`, default 3): select [`PolicyLoss::PpoClip`] with
-//!   `dual_clip: Some(3.0)`; agentrl's `vanilla` is the unclipped importance-weighted PG
-//!   (kept: the existing presets use it). verl's `gspo` is GSPO-token: select `gspo-token`
-//!   (agentrl's `gspo` is the sequence-level form; the two agree for sequence-level
-//!   advantages). Both pairs are compared with verl in `tests/verl_fixtures.rs`.
+//! - **Two of this crate's serde names differ from verl's.** [`PolicyLoss`]'s own `vanilla`
+//!   is the unclipped importance-weighted PG and its `gspo` the sequence-level form; verl's
+//!   `vanilla` is PPO clip with dual clip ([`PolicyLoss::PpoClip`]) and verl's `gspo` is
+//!   GSPO-token ([`PolicyLoss::GspoToken`]). The trainer's config takes verl's names with
+//!   verl's meaning (`policy_loss = "vanilla"` is PPO clip); the crate's two are there
+//!   `vanilla_pg` and `gspo_sequence`. Both pairs are compared with verl in
+//!   `tests/verl_fixtures.rs`.
+//! - **Dual clip is opt-in in the trainer.** verl's `vanilla` always dual-clips at
+//!   `clip_ratio_c` (default 3); the trainer's presets leave `dual_clip_c` unset (off), so a
+//!   negative-advantage token whose ratio exceeds 3 is bounded by the PPO clip alone. Set
+//!   `algorithm.dual_clip_c = 3` for verl's behaviour. Bypass `ppo_clip` uses 3 when unset, as
+//!   verl. The DPPO presets set c = 20 (the fallback inside verl's DPPO functions, and the
+//!   paper's advice of a large c), where verl's actor config passes its global 3.
+//! - **Decoupled rejection and advantages.** verl's trainer drops rejected tokens from the
+//!   mask before computing advantages; the trainer here computes advantages on the original
+//!   mask and drops them from the loss only. For the outcome estimators (GRPO, RLOO, OPO,
+//!   GDPO, …) that is the same (verl sums rewards over every position either way); for the
+//!   token-level ones (GAE's whitening, REINFORCE++, ReMax, OTB) verl's statistics skip the
+//!   rejected tokens and these do not.
+//! - **Not exposed, fixed at verl's defaults** (verl's config does not expose them either):
+//!   GPG's `f_norm = 1` and OTB's `handle_zero_tail = true`. KL `full` is not accepted (verl
+//!   raises `NotImplementedError` for it too).
 //! - **REINFORCE's loss value.** [`vanilla_pg_loss`] with `old = sg(log π_θ)` reports `−Â·r = −Â`;
 //!   verl's `compute_policy_loss_reinforce` reports `−Â log π_θ`. Same gradient; the ratio form
 //!   is also PPO at `r = 1`, which the crate's properties rely on.

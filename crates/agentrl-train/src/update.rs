@@ -1,17 +1,28 @@
-//! One policy update from one rollout batch: rewards → advantages → epochs × minibatches of
-//! (forward, policy loss + KL + entropy (+ value loss), backward, clip, AdamW).
+//! One policy update from one rollout batch: rewards → (rollout correction) → advantages →
+//! epochs × minibatches of (forward, policy loss + KL + entropy (+ value loss), backward,
+//! clip, AdamW).
 //!
 //! Sits between `Batch` (token tensors of the sampled episodes) and the optimizer. The
-//! algorithm enters only through its preset ([`crate::algo`]): the advantage estimator and the
-//! policy loss; KL (in reward or in loss), the entropy bonus, the critic and the aggregation
-//! are applied here with the preset's knobs, the same way for every algorithm
-//! (ALGORITHMS.md §0, §2, §11, §12, §17).
+//! algorithm enters only through its resolved knobs ([`crate::algo`]): the advantage estimator
+//! and the policy loss they name; KL (in reward or in loss), the entropy bonus, the critic, the
+//! aggregation and verl's decoupled rollout correction are applied here with the same knobs,
+//! the same way for every algorithm (ALGORITHMS.md §0, §2, §11, §12, §13, §17).
+//!
+//! Decoupled rollout correction (`rollout_is` / `rollout_rs` without `bypass_mode`) runs once
+//! per batch, as in verl's trainer: after the old-log-prob pass, between the trainer's π_old
+//! and the engine's π_rollout; its IS weights multiply every minibatch's per-token policy loss
+//! and its rejected tokens leave the loss mask of the policy, KL, entropy and value terms. The
+//! advantages are computed on the original mask, so a rejected episode's reward still counts
+//! in its group's statistics, as verl's outcome estimators sum rewards over every position.
+
+use std::collections::BTreeMap;
 
 use agentrl_model::Policy;
 use agentrl_rl::{
     aggregate, apply_kl_to_rewards, compute_advantages_with, compute_policy_loss,
-    entropy_bonus_loss, entropy_from_logits, kl_loss, masked_mean_value, token_log_probs,
-    value_loss, AdvantageExtras, AdvantageInputs, AggMode, AggScale, PolicyLoss, PolicyLossInputs,
+    entropy_bonus_loss, entropy_from_logits, kl_loss, masked_mean_value,
+    rollout_correction_and_rejection, sum_pi_squared, token_log_probs, value_loss, AdvantageExtras,
+    AdvantageInputs, AggMode, AggScale, PolicyLoss, PolicyLossInputs,
 };
 use agentrl_rollout::Batch;
 use anyhow::Context;
@@ -47,8 +58,11 @@ pub struct UpdateSetup<'a> {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BatchExtras<'a> {
     /// ReMax: the reward of the greedy episode of each episode's task
-    /// ([`Algorithm::needs_greedy_baseline`]).
+    /// ([`Knobs::needs_greedy_baseline`]).
     pub reward_baselines: Option<&'a [f32]>,
+    /// GDPO: `components[k][i]`, reward component `k` (`algorithm.gdpo_reward_keys`) of
+    /// episode `i` ([`crate::algo::gdpo::reward_components`]).
+    pub reward_components: Option<&'a [Vec<f32>]>,
 }
 
 /// Diagnostics of one update, averaged over its optimizer steps.
@@ -77,6 +91,12 @@ pub struct UpdateMetrics {
     /// mismatch; ~1e-7 in f32 for the local engine).
     pub engine_logprob_gap: f64,
     pub optimizer_steps: usize,
+    /// verl's rollout-correction metrics under verl's names (`rollout_corr/rollout_is_mean`,
+    /// `rollout_corr/rollout_rs_masked_fraction`, `rollout_corr/kl`, …): once per batch in
+    /// decoupled mode, averaged over the optimizer steps in bypass mode. Empty without a
+    /// correction.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rollout_corr: BTreeMap<String, f64>,
 }
 
 /// A forward pass scored at the loss positions only.
@@ -213,34 +233,43 @@ pub fn update_with(
     let mut metrics = UpdateMetrics::default();
 
     // π_old: the trainer's own log-probs before any update (old-log-prob pass), or the
-    // engine's sampling log-probs. Values for GAE come from the same pass.
-    let needs_values = algorithm.uses_critic();
-    let (old_log_probs, old_values) = if knobs.old_logprob_pass || needs_values {
-        let Scored { logp, values, .. } = score(
-            setup.policy,
-            &batch.input_ids,
-            &batch.targets,
-            &batch.loss_mask,
-            setup.temperature,
-        )?;
-        let logp = logp.detach();
-        metrics.engine_logprob_gap =
-            masked_mean_value(&(&logp - &batch.old_logprobs)?.abs()?, &batch.loss_mask)? as f64;
-        let old = if knobs.old_logprob_pass {
-            logp
+    // engine's sampling log-probs. Values for GAE and Σπ² for OTB come from the same pass.
+    let needs_values = knobs.uses_critic();
+    let needs_sum_pi_squared = knobs.needs_sum_pi_squared();
+    let mut old_sum_pi_squared = None;
+    let (old_log_probs, old_values) =
+        if knobs.old_logprob_pass || needs_values || needs_sum_pi_squared {
+            let scored = score(
+                setup.policy,
+                &batch.input_ids,
+                &batch.targets,
+                &batch.loss_mask,
+                setup.temperature,
+            )?;
+            if needs_sum_pi_squared {
+                let at_positions = sum_pi_squared(&scored.logits.detach())?;
+                old_sum_pi_squared = Some(scored.scatter(&at_positions)?.detach());
+            }
+            let Scored { logp, values, .. } = scored;
+            let logp = logp.detach();
+            metrics.engine_logprob_gap =
+                masked_mean_value(&(&logp - &batch.old_logprobs)?.abs()?, &batch.loss_mask)? as f64;
+            let old = if knobs.old_logprob_pass {
+                logp
+            } else {
+                batch.old_logprobs.clone()
+            };
+            let values = match (needs_values, values) {
+                (true, None) => anyhow::bail!(
+                    "update: {algorithm} uses adv_estimator = gae, which trains a critic, but the \
+                 policy has no value head"
+                ),
+                (_, values) => values.map(|v| v.detach()),
+            };
+            (old, values)
         } else {
-            batch.old_logprobs.clone()
+            (batch.old_logprobs.clone(), None)
         };
-        let values = match (needs_values, values) {
-            (true, None) => anyhow::bail!(
-                "update: {algorithm} trains a critic, but the policy has no value head"
-            ),
-            (_, values) => values.map(|v| v.detach()),
-        };
-        (old, values)
-    } else {
-        (batch.old_logprobs.clone(), None)
-    };
 
     // Reference log-probs for KL (frozen policy; no gradient).
     let ref_log_probs = match (setup.reference, setup.kl_coef > 0.0) {
@@ -267,15 +296,39 @@ pub fn update_with(
             &old_log_probs,
             ref_lp,
             &batch.loss_mask,
-            knobs.kl_estimator,
+            knobs.kl_loss_type,
             setup.kl_coef,
         )?;
         rewards_bt = shaped;
         metrics.kl_ref = Some(kl as f64);
     }
+    // verl's decoupled mode: IS weights and rejection between π_old and π_rollout, once.
+    let (loss_mask, is_weights) = match knobs.rollout_correction()? {
+        Some(spec) => {
+            let rc = rollout_correction_and_rejection(
+                &old_log_probs,
+                &batch.old_logprobs,
+                &batch.loss_mask,
+                &spec,
+            )
+            .context("rollout correction (algorithm.rollout_is / rollout_rs)")?;
+            metrics.rollout_corr = rc.metrics;
+            (rc.mask, rc.weights)
+        }
+        None => (batch.loss_mask.clone(), None),
+    };
+
     let group_ids = &batch.group_ids;
+    let reward_weights: Option<Vec<f32>> = knobs
+        .gdpo_reward_weights
+        .as_ref()
+        .map(|w| w.iter().map(|&x| x as f32).collect());
+    anyhow::ensure!(
+        !knobs.needs_reward_components() || extras.reward_components.is_some(),
+        "update: adv_estimator = gdpo needs the episodes' reward components"
+    );
     let adv = compute_advantages_with(
-        &algorithm.advantage_estimator(knobs),
+        &knobs.advantage_estimator(),
         &AdvantageInputs {
             token_rewards: &rewards_bt,
             mask: &batch.loss_mask,
@@ -284,13 +337,21 @@ pub fn update_with(
         },
         &AdvantageExtras {
             reward_baselines: extras.reward_baselines,
-            ..AdvantageExtras::default()
+            reward_components: extras.reward_components,
+            reward_weights: reward_weights.as_deref(),
+            old_log_probs: Some(&old_log_probs),
+            sum_pi_squared: old_sum_pi_squared.as_ref(),
+            rollout_is_weights: is_weights.as_ref(),
         },
     )
-    .context("computing advantages")?;
-    metrics.advantage_abs_mean =
-        masked_mean_value(&adv.advantages.abs()?, &batch.loss_mask)? as f64;
-    let mut policy_loss_kind = algorithm.policy_loss(knobs);
+    .with_context(|| {
+        format!(
+            "computing advantages (adv_estimator = {})",
+            knobs.adv_estimator
+        )
+    })?;
+    metrics.advantage_abs_mean = masked_mean_value(&adv.advantages.abs()?, &loss_mask)? as f64;
+    let mut policy_loss_kind = knobs.policy_loss()?;
 
     // Epochs × minibatches, one optimizer step per minibatch.
     let mut order: Vec<u32> = (0..b as u32).collect();
@@ -303,7 +364,8 @@ pub fn update_with(
             let pick = |t: &Tensor| t.index_select(&idx, 0);
             let ids = pick(&batch.input_ids)?;
             let targets = pick(&batch.targets)?;
-            let mask = pick(&batch.loss_mask)?;
+            let mask = pick(&loss_mask)?;
+            let token_weights = is_weights.as_ref().map(pick).transpose()?;
             let old_lp = pick(&old_log_probs)?;
             let advantages = pick(&adv.advantages)?;
             // Each minibatch is its own optimizer step, so the aggregation counts its own
@@ -327,12 +389,21 @@ pub fn update_with(
                     old_log_probs: &old_lp,
                     advantages: &advantages,
                     mask: &mask,
-                    token_weights: None,
+                    token_weights: token_weights.as_ref(),
                 },
-                knobs.agg,
+                knobs.loss_agg_mode,
                 &scale,
             )
-            .context("policy loss")?;
+            .with_context(|| {
+                format!(
+                    "policy loss ({})",
+                    if knobs.bypass_mode {
+                        "bypass_mode"
+                    } else {
+                        knobs.policy_loss.as_str()
+                    }
+                )
+            })?;
             let mut loss = pg.loss.clone();
 
             if let (Some(ref_lp), KlPlacement::InLoss) = (&ref_log_probs, knobs.kl_placement) {
@@ -340,9 +411,9 @@ pub fn update_with(
                     &logp,
                     &pick(ref_lp)?,
                     &mask,
-                    knobs.kl_estimator,
+                    knobs.kl_loss_type,
                     setup.kl_coef,
-                    knobs.agg,
+                    knobs.loss_agg_mode,
                     &scale,
                 )?;
                 loss = (loss + kl_term)?;
@@ -351,8 +422,13 @@ pub fn update_with(
 
             let entropy_value = if knobs.entropy_coef != 0.0 {
                 let entropy = scored.scatter(&entropy_from_logits(&scored.logits)?)?;
-                let (bonus, h) =
-                    entropy_bonus_loss(&entropy, &mask, knobs.entropy_coef, knobs.agg, &scale)?;
+                let (bonus, h) = entropy_bonus_loss(
+                    &entropy,
+                    &mask,
+                    knobs.entropy_coef,
+                    knobs.loss_agg_mode,
+                    &scale,
+                )?;
                 loss = (loss + bonus)?;
                 h
             } else {
@@ -377,7 +453,7 @@ pub fn update_with(
                     &pick(returns)?,
                     &mask,
                     knobs.value_clip,
-                    knobs.agg,
+                    knobs.loss_agg_mode,
                     &scale,
                 )?;
                 loss = (loss + (vl.loss.clone() * knobs.value_coef)?)?;
@@ -395,6 +471,11 @@ pub fn update_with(
             let norm = clip_grad_norm(&mut grads, vars, setup.grad_clip)?;
             optimizer.step(&grads, setup.lr)?;
 
+            for (key, value) in &pg.metrics {
+                if key.starts_with("rollout_corr/") {
+                    *sums.rollout_corr.entry(key.clone()).or_insert(0.0) += value;
+                }
+            }
             let d = &pg.diagnostics;
             sums.steps += 1;
             sums.loss += loss_value;
@@ -428,6 +509,13 @@ pub fn update_with(
     metrics.grad_norm = sums.grad_norm / n;
     metrics.grad_norm_max = sums.grad_norm_max;
     metrics.optimizer_steps = sums.steps;
+    if !sums.rollout_corr.is_empty() {
+        metrics.rollout_corr = sums
+            .rollout_corr
+            .into_iter()
+            .map(|(k, v)| (k, v / n))
+            .collect();
+    }
     Ok(metrics)
 }
 
@@ -484,6 +572,8 @@ struct Sums {
     ratio_max: f64,
     grad_norm: f64,
     grad_norm_max: f64,
+    /// Bypass mode's `rollout_corr/…` metrics, summed over optimizer steps.
+    rollout_corr: BTreeMap<String, f64>,
 }
 
 fn scalar(t: &Tensor) -> anyhow::Result<f64> {
@@ -506,7 +596,7 @@ fn split_even(items: &[u32], parts: usize) -> Vec<Vec<u32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algo::ALL;
+    use crate::algo::{AdvEstimatorName, PolicyLossName, ALL};
     use crate::config::load_config;
     use crate::optim::AdamWParams;
     use agentrl_model::{TinyAgent, TinyConfig};
@@ -543,19 +633,131 @@ mod tests {
         })
     }
 
-    /// Every preset runs two updates on a small batch (with KL and entropy switched on where
-    /// the preset allows), produces finite losses and moves the weights.
-    #[test]
-    fn every_algorithm_updates_with_finite_loss() -> anyhow::Result<()> {
-        let device = Device::Cpu;
-        let cfg = TinyConfig {
+    fn tiny() -> TinyConfig {
+        TinyConfig {
             vocab_size: 40,
             d_model: 16,
             n_layers: 1,
             n_heads: 2,
             max_seq: 16,
             ..TinyConfig::for_vocab(40)
+        }
+    }
+
+    /// `rollout` with the engine's log-probs replaced by the model's own plus `shift(row, t)`:
+    /// a sampler that is near the trainer, as a real engine is (the synthetic -1.5 is far from
+    /// it, which rejection filters would reject outright).
+    fn near_policy(
+        model: &TinyAgent,
+        rollout: &Batch,
+        shift: impl Fn(usize, usize) -> f32,
+    ) -> anyhow::Result<Batch> {
+        let logp = score(
+            model,
+            &rollout.input_ids,
+            &rollout.targets,
+            &rollout.loss_mask,
+            1.0,
+        )?
+        .logp;
+        let mut rows = logp.to_vec2::<f32>()?;
+        let mask = rollout.loss_mask.to_vec2::<f32>()?;
+        for (i, row) in rows.iter_mut().enumerate() {
+            for (t, x) in row.iter_mut().enumerate() {
+                *x = if mask[i][t] > 0.0 {
+                    *x + shift(i, t)
+                } else {
+                    0.0
+                };
+            }
+        }
+        let mut out = rollout.clone();
+        out.old_logprobs = Tensor::new(rows, rollout.old_logprobs.device())?;
+        Ok(out)
+    }
+
+    /// Two updates of a fresh TinyAgent with `knobs` (β = 0.05 KL to a frozen reference):
+    /// finite losses, a gradient, the expected number of optimizer steps, weights that moved.
+    /// Returns the last update's metrics.
+    fn two_updates(
+        name: &str,
+        knobs: &Knobs,
+        shift: Option<&dyn Fn(usize, usize) -> f32>,
+    ) -> anyhow::Result<UpdateMetrics> {
+        let device = Device::Cpu;
+        let model = TinyAgent::new(tiny(), 1, &device)?;
+        let reference = TinyAgent::new(tiny(), 1, &device)?;
+        let named = model.named_vars();
+        let vars: Vec<Var> = named.iter().map(|(_, v)| v.clone()).collect();
+        let before = model.named_vars()[0].1.as_tensor().copy()?;
+        let mut opt = AdamW::new(
+            named,
+            AdamWParams {
+                beta1: 0.9,
+                beta2: 0.99,
+                eps: 1e-8,
+                weight_decay: 0.0,
+            },
+        )?;
+        let mut rollout = batch(&device, 40)?;
+        if let Some(shift) = shift {
+            rollout = near_policy(&model, &rollout, shift)?;
+        }
+        // ReMax's greedy baseline: a reward between the group's 0 and 1; GDPO's components:
+        // the reward itself, then ones that disagree with it in group 1.
+        let baselines = [0.5f32; 6];
+        let components: Vec<Vec<f32>> = (0..knobs.gdpo_reward_keys.len())
+            .map(|k| match k {
+                0 => rollout.rewards.clone(),
+                _ => vec![0.0, 0.0, 1.0, 0.0, 0.0, k as f32],
+            })
+            .collect();
+        let extras = BatchExtras {
+            reward_baselines: knobs.needs_greedy_baseline().then_some(&baselines[..]),
+            reward_components: knobs.needs_reward_components().then_some(&components[..]),
         };
+        let mut rng = ChaCha8Rng::seed_from_u64(0);
+        let mut last = UpdateMetrics::default();
+        for _ in 0..2 {
+            let setup = UpdateSetup {
+                policy: &model,
+                reference: Some(&reference),
+                algorithm: Algorithm::Grpo,
+                knobs,
+                kl_coef: 0.05,
+                temperature: 1.0,
+                lr: 1e-2,
+                grad_clip: 1.0,
+                max_len: 12.0,
+            };
+            let m = update_with(&setup, &extras, &mut opt, &vars, &rollout, &mut rng)?;
+            assert!(
+                m.loss.is_finite() && m.grad_norm.is_finite(),
+                "{name}: {m:?}"
+            );
+            assert!(m.grad_norm > 0.0, "{name}: zero gradient");
+            assert!(m.entropy > 0.0 && m.kl_ref.is_some(), "{name}: {m:?}");
+            assert_eq!(
+                m.optimizer_steps,
+                knobs.epochs * knobs.minibatches,
+                "{name}"
+            );
+            if knobs.uses_critic() {
+                assert!(m.value_loss > 0.0, "{name}: {m:?}");
+            }
+            last = m;
+        }
+        let after = model.named_vars()[0].1.as_tensor().copy()?;
+        let moved = (after - before)?.abs()?.sum_all()?.to_scalar::<f32>()?;
+        assert!(moved > 0.0, "{name}: weights did not move");
+        Ok(last)
+    }
+
+    /// Every preset runs two updates on a small batch (with KL and entropy switched on where
+    /// the preset allows), produces finite losses and moves the weights. The presets that
+    /// correct rollouts see engine log-probs near the trainer's, as a real engine gives.
+    #[test]
+    fn every_algorithm_updates_with_finite_loss() -> anyhow::Result<()> {
         for algorithm in ALL {
             let config = load_config(
                 None,
@@ -566,58 +768,125 @@ mod tests {
                 ],
             )?;
             let knobs = config.algorithm.knobs.clone();
-            let model = TinyAgent::new(cfg.clone(), 1, &device)?;
-            let reference = TinyAgent::new(cfg.clone(), 1, &device)?;
-            let named = model.named_vars();
-            let vars: Vec<Var> = named.iter().map(|(_, v)| v.clone()).collect();
-            let before = model.named_vars()[0].1.as_tensor().copy()?;
-            let mut opt = AdamW::new(
-                named,
-                AdamWParams {
-                    beta1: 0.9,
-                    beta2: 0.99,
-                    eps: 1e-8,
-                    weight_decay: 0.0,
+            let near = |_: usize, t: usize| if t % 2 == 0 { 1e-3 } else { -1e-3 };
+            let shift: Option<&dyn Fn(usize, usize) -> f32> =
+                knobs.corrects_rollouts().then_some(&near);
+            let m = two_updates(algorithm.as_str(), &knobs, shift)?;
+            assert_eq!(
+                m.rollout_corr.is_empty(),
+                !knobs.corrects_rollouts(),
+                "{algorithm}: {:?}",
+                m.rollout_corr
+            );
+        }
+        Ok(())
+    }
+
+    /// Every advantage estimator and every policy loss, selected by verl's name on a preset
+    /// that uses another, trains; so do every aggregation mode and KL type by verl's name.
+    #[test]
+    fn every_verl_name_trains_on_another_preset() -> anyhow::Result<()> {
+        for &adv_estimator in AdvEstimatorName::ALL {
+            let knobs = Knobs {
+                adv_estimator,
+                value_coef: if adv_estimator == AdvEstimatorName::Gae {
+                    0.5
+                } else {
+                    0.0
                 },
-            )?;
-            let rollout = batch(&device, 40)?;
-            let mut rng = ChaCha8Rng::seed_from_u64(0);
-            for _ in 0..2 {
-                let setup = UpdateSetup {
-                    policy: &model,
-                    reference: Some(&reference),
-                    algorithm,
-                    knobs: &knobs,
-                    kl_coef: 0.05,
-                    temperature: 1.0,
-                    lr: 1e-2,
-                    grad_clip: 1.0,
-                    max_len: 12.0,
-                };
-                // ReMax's greedy baseline: a reward between the group's 0 and 1.
-                let baselines = [0.5f32; 6];
-                let extras = BatchExtras {
-                    reward_baselines: algorithm.needs_greedy_baseline().then_some(&baselines[..]),
-                };
-                let m = update_with(&setup, &extras, &mut opt, &vars, &rollout, &mut rng)?;
-                assert!(
-                    m.loss.is_finite() && m.grad_norm.is_finite(),
-                    "{algorithm}: {m:?}"
-                );
-                assert!(m.grad_norm > 0.0, "{algorithm}: zero gradient");
-                assert!(m.entropy > 0.0 && m.kl_ref.is_some(), "{algorithm}: {m:?}");
-                assert_eq!(
-                    m.optimizer_steps,
-                    knobs.epochs * knobs.minibatches,
-                    "{algorithm}"
-                );
-                if algorithm.uses_critic() {
-                    assert!(m.value_loss > 0.0, "{algorithm}: {m:?}");
-                }
+                ..crate::algo::rloo::PRESET
+            };
+            two_updates(adv_estimator.as_str(), &knobs, None)?;
+        }
+        for &policy_loss in PolicyLossName::ALL {
+            let knobs = Knobs {
+                policy_loss,
+                dual_clip_c: matches!(policy_loss, PolicyLossName::DppoTv | PolicyLossName::DppoKl)
+                    .then_some(20.0),
+                minibatches: 2,
+                ..crate::algo::grpo::PRESET
+            };
+            two_updates(policy_loss.as_str(), &knobs, None)?;
+        }
+        for name in [
+            "token-mean",
+            "token-sum",
+            "seq-mean-token-sum",
+            "seq-mean-token-mean",
+            "seq-mean-token-sum-norm",
+        ] {
+            let knobs = Knobs {
+                loss_agg_mode: AggMode::deserialize(toml::Value::String(name.into()))?,
+                ..crate::algo::grpo::PRESET
+            };
+            two_updates(name, &knobs, None)?;
+        }
+        for name in [
+            "kl",
+            "abs",
+            "mse",
+            "low_var_kl",
+            "k1+",
+            "k3+",
+            "low_var_kl+",
+            "abs+",
+        ] {
+            let knobs = Knobs {
+                kl_loss_type: agentrl_rl::KlEstimator::deserialize(toml::Value::String(
+                    name.into(),
+                ))?,
+                ..crate::algo::grpo::PRESET
+            };
+            two_updates(name, &knobs, None)?;
+        }
+        Ok(())
+    }
+
+    /// verl's decoupled mode on GRPO: token IS weights and the combined rejection
+    /// `token_k1,seq_mean_k3` with paired thresholds. Row 0's sampler is far from the trainer
+    /// (log ρ = ∓1.5), so both filters reject it; the others are within bounds.
+    #[test]
+    fn decoupled_rollout_correction_weighs_and_rejects() -> anyhow::Result<()> {
+        let knobs = Knobs {
+            old_logprob_pass: true,
+            rollout_is: Some(agentrl_rl::IsLevel::Token),
+            rollout_rs: Some("token_k1,seq_mean_k3".into()),
+            rollout_rs_threshold: Some(agentrl_rl::ThresholdSpec::Text("0.5_2.0,0.1".into())),
+            ..crate::algo::grpo::PRESET
+        };
+        let shift = |row: usize, t: usize| {
+            let size = if row == 0 { 1.5 } else { 0.05 };
+            if t % 2 == 0 {
+                size
+            } else {
+                -size
             }
-            let after = model.named_vars()[0].1.as_tensor().copy()?;
-            let moved = (after - before)?.abs()?.sum_all()?.to_scalar::<f32>()?;
-            assert!(moved > 0.0, "{algorithm}: weights did not move");
+        };
+        let m = two_updates("decoupled", &knobs, Some(&shift))?;
+        let masked = m.rollout_corr["rollout_corr/rollout_rs_masked_fraction"];
+        assert!(masked > 0.0 && masked < 0.5, "{:?}", m.rollout_corr);
+        assert!(
+            m.rollout_corr.contains_key("rollout_corr/rollout_is_mean"),
+            "{:?}",
+            m.rollout_corr
+        );
+        // Bypass mode with the same options, both loss types, measured inside the loss.
+        for loss_type in [
+            agentrl_rl::BypassLossType::PpoClip,
+            agentrl_rl::BypassLossType::Reinforce,
+        ] {
+            let bypass = Knobs {
+                old_logprob_pass: false,
+                bypass_mode: true,
+                loss_type,
+                ..knobs.clone()
+            };
+            let m = two_updates("bypass", &bypass, Some(&shift))?;
+            assert!(
+                m.rollout_corr["rollout_corr/rollout_rs_masked_fraction"] > 0.0,
+                "{:?}",
+                m.rollout_corr
+            );
         }
         Ok(())
     }

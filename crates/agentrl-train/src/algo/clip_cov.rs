@@ -7,12 +7,15 @@
 //!
 //! The update reseeds the random pick for every optimizer step from its shuffle stream.
 
-use agentrl_rl::{AdvantageEstimator, AggMode, PolicyLoss};
+use agentrl_rl::AggMode;
 
+use super::registry::{AdvEstimatorName, PolicyLossName};
 use super::{Findings, Knobs, BASE};
 
 pub const PRESET: Knobs = Knobs {
-    agg: AggMode::TokenMean,
+    adv_estimator: AdvEstimatorName::Grpo,
+    policy_loss: PolicyLossName::ClipCov,
+    loss_agg_mode: AggMode::TokenMean,
     // The paper's r = 2e-4 picks ⌊2e-4·N⌋ = 0 of the ~10³ action tokens of a TinyAgent step;
     // 1e-2 drops a handful, the scale of tokens the paper's r drops in a 7B batch.
     clip_cov_ratio: 1e-2,
@@ -20,26 +23,6 @@ pub const PRESET: Knobs = Knobs {
     clip_cov_ub: 5.0,
     ..BASE
 };
-
-/// `(R − mean)/std` per group, as in GRPO.
-pub fn advantage_estimator(knobs: &Knobs) -> AdvantageEstimator {
-    AdvantageEstimator::Grpo {
-        norm_by_std: knobs.std_normalize,
-    }
-}
-
-/// PPO clip with the covariance-selected tokens detached; `seed` is set per optimizer step by
-/// the update.
-pub fn policy_loss(knobs: &Knobs) -> PolicyLoss {
-    PolicyLoss::ClipCov {
-        clip_low: knobs.eps_low,
-        clip_high: knobs.eps_high,
-        clip_cov_ratio: knobs.clip_cov_ratio,
-        cov_low: knobs.clip_cov_lb,
-        cov_high: knobs.clip_cov_ub,
-        seed: 0,
-    }
-}
 
 pub fn check(knobs: &Knobs, f: &mut Findings) {
     if !(0.0..=1.0).contains(&knobs.clip_cov_ratio) {
@@ -54,9 +37,5 @@ pub fn check(knobs: &Knobs, f: &mut Findings) {
             "algorithm.clip_cov_lb ({}) must not exceed algorithm.clip_cov_ub ({})",
             knobs.clip_cov_lb, knobs.clip_cov_ub
         ));
-    }
-    if knobs.dual_clip_c.is_some() {
-        f.warnings
-            .push("algorithm.dual_clip_c is ignored by clip_cov".into());
     }
 }

@@ -6,16 +6,17 @@
 //! driven by the knobs `overlong_cache` and `dynamic_sampling`, so any preset that turns them
 //! on gets them; the trainer calls them for every step.
 
-use agentrl_rl::{
-    dynamic_sampling_filter, soft_overlong_penalties, AdvantageEstimator, AggMode, PolicyLoss,
-};
+use agentrl_rl::{dynamic_sampling_filter, soft_overlong_penalties, AggMode};
 
+use super::registry::{AdvEstimatorName, PolicyLossName};
 use super::{Knobs, BASE};
 
 pub const PRESET: Knobs = Knobs {
+    adv_estimator: AdvEstimatorName::Grpo,
+    policy_loss: PolicyLossName::Vanilla,
     eps_low: 0.2,
     eps_high: 0.28,
-    agg: AggMode::TokenMean,
+    loss_agg_mode: AggMode::TokenMean,
     std_normalize: true,
     dynamic_sampling: true,
     // The paper's L_cache is 4096 of a 20480-token budget; TinyAgent's budget is tens of
@@ -26,19 +27,6 @@ pub const PRESET: Knobs = Knobs {
 
 /// Extra sampling rounds dynamic sampling may take to refill a batch.
 pub const DYNAMIC_SAMPLING_ROUNDS: usize = 3;
-
-/// `(R − mean)/std` per group, on rewards that already carry the soft overlong punishment;
-/// the trainer has dropped the all-equal groups (dynamic sampling) before this runs.
-pub fn advantage_estimator(knobs: &Knobs) -> AdvantageEstimator {
-    AdvantageEstimator::Grpo {
-        norm_by_std: knobs.std_normalize,
-    }
-}
-
-/// Clip-higher: `clip(r, 1−ε_low, 1+ε_high)` with ε_high > ε_low.
-pub fn policy_loss(knobs: &Knobs) -> PolicyLoss {
-    super::grpo::ppo_clip(knobs)
-}
 
 /// Sampling rounds of one step: 1, or 1 plus the refill rounds with dynamic sampling.
 pub fn sampling_rounds(knobs: &Knobs) -> usize {

@@ -10,57 +10,37 @@
 //! `eps_low` / `eps_high` (verl's `clip_ratio_low/high`) and `c` is `dual_clip_c` (verl's
 //! `clip_ratio_c`).
 
-use agentrl_rl::{AdvantageEstimator, AggMode, PolicyLoss};
+use agentrl_rl::AggMode;
 
+use super::registry::{AdvEstimatorName, PolicyLossName};
 use super::{Findings, Knobs, BASE};
 
 /// DPPO-Binary-TV.
 pub const PRESET_TV: Knobs = Knobs {
+    adv_estimator: AdvEstimatorName::Grpo,
+    policy_loss: PolicyLossName::DppoTv,
     // δ = 0.2 on `π_θ − π_old`: verl's `clip_ratio` default, which verl reads as the TV
     // threshold under `dppo_tv`.
     eps_low: 0.2,
     eps_high: 0.2,
-    // c = 20: verl's default inside the DPPO losses; the paper (§5.4) recommends a large
-    // truncation, since a small one biases the gradient.
+    // c = 20: the fallback inside verl's DPPO functions (verl's actor config passes its
+    // global `clip_ratio_c = 3` instead); the paper (§5.4) recommends a large truncation,
+    // since a small one biases the gradient.
     dual_clip_c: Some(20.0),
-    agg: AggMode::TokenMean,
+    loss_agg_mode: AggMode::TokenMean,
     ..BASE
 };
 
 /// DPPO-Binary-KL: as [`PRESET_TV`], with δ read as a binary-KL threshold.
-pub const PRESET_KL: Knobs = PRESET_TV;
-
-/// `(R − mean)/std` per group, as in GRPO.
-pub fn advantage_estimator(knobs: &Knobs) -> AdvantageEstimator {
-    AdvantageEstimator::Grpo {
-        norm_by_std: knobs.std_normalize,
-    }
-}
-
-/// The DPPO loss with the total-variation trust region (`kl = false`) or the binary-KL one.
-pub fn policy_loss(knobs: &Knobs, kl: bool) -> PolicyLoss {
-    // `check` rejects an unset c; the infinite fallback is never reached by a checked config.
-    let clip_ratio_c = knobs.dual_clip_c.unwrap_or(f64::INFINITY);
-    let (clip_low, clip_high) = (knobs.eps_low, knobs.eps_high);
-    if kl {
-        PolicyLoss::DppoKl {
-            clip_low,
-            clip_high,
-            clip_ratio_c,
-        }
-    } else {
-        PolicyLoss::DppoTv {
-            clip_low,
-            clip_high,
-            clip_ratio_c,
-        }
-    }
-}
+pub const PRESET_KL: Knobs = Knobs {
+    policy_loss: PolicyLossName::DppoKl,
+    ..PRESET_TV
+};
 
 pub fn check(knobs: &Knobs, f: &mut Findings) {
     if knobs.dual_clip_c.is_none() {
         f.errors.push(
-            "dppo needs algorithm.dual_clip_c, the truncation c of its IS ratio (verl \
+            "policy_loss = dppo_tv / dppo_kl needs algorithm.dual_clip_c, the truncation c of its IS ratio (verl \
              clip_ratio_c; the preset's 20)"
                 .into(),
         );

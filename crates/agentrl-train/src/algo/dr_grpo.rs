@@ -2,28 +2,15 @@
 //! normalisation of the advantage (difficulty bias), and `seq-mean-token-sum-norm`
 //! aggregation, `Σ_t / L_max` with a constant L_max (length bias).
 
-use agentrl_rl::{AdvantageEstimator, AggMode, PolicyLoss};
+use agentrl_rl::AggMode;
 
+use super::registry::{AdvEstimatorName, PolicyLossName};
 use super::{Knobs, BASE};
 
 pub const PRESET: Knobs = Knobs {
-    agg: AggMode::SeqMeanTokenSumNorm,
+    adv_estimator: AdvEstimatorName::Grpo,
+    policy_loss: PolicyLossName::Vanilla,
+    loss_agg_mode: AggMode::SeqMeanTokenSumNorm,
     std_normalize: false,
     ..BASE
 };
-
-/// `Â_i = R_i − mean_G R` (no std: no difficulty bias). `std_normalize = true` turns the std
-/// back on (that is GRPO's advantage with Dr. GRPO's aggregation).
-pub fn advantage_estimator(knobs: &Knobs) -> AdvantageEstimator {
-    if knobs.std_normalize {
-        AdvantageEstimator::Grpo { norm_by_std: true }
-    } else {
-        AdvantageEstimator::DrGrpo
-    }
-}
-
-/// Token-level PPO clip; the length-bias fix lives in the aggregation (`Σ_t / L_max`, with
-/// `L_max` = the episode's action-token budget, set by the trainer).
-pub fn policy_loss(knobs: &Knobs) -> PolicyLoss {
-    super::grpo::ppo_clip(knobs)
-}

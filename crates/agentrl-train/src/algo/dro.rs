@@ -7,32 +7,21 @@
 //! The penalty is 0 with its gradient at `π_θ = π_old`, so it binds only once the policy has
 //! moved within a rollout batch: the preset takes two minibatches (as GSPO does).
 
-use agentrl_rl::{AdvantageEstimator, AggMode, PolicyLoss};
+use agentrl_rl::AggMode;
 
+use super::registry::{AdvEstimatorName, PolicyLossName};
 use super::{Findings, Knobs, BASE};
 
 pub const PRESET: Knobs = Knobs {
-    agg: AggMode::TokenMean,
+    adv_estimator: AdvEstimatorName::Grpo,
+    policy_loss: PolicyLossName::Dro,
+    loss_agg_mode: AggMode::TokenMean,
     minibatches: 2,
     // verl has no default (its `dro_beta` must be set); β = 1 weighs a log-ratio of 0.1 at
     // 0.005 per token against advantages of order 1, so it only reins in large moves.
     dro_beta: 1.0,
     ..BASE
 };
-
-/// `(R − mean)/std` per group, as in GRPO.
-pub fn advantage_estimator(knobs: &Knobs) -> AdvantageEstimator {
-    AdvantageEstimator::Grpo {
-        norm_by_std: knobs.std_normalize,
-    }
-}
-
-/// `−(Â·log π_θ − ½β(log π_θ − log π_old)²)`.
-pub fn policy_loss(knobs: &Knobs) -> PolicyLoss {
-    PolicyLoss::Dro {
-        dro_beta: knobs.dro_beta,
-    }
-}
 
 pub fn check(knobs: &Knobs, f: &mut Findings) {
     if !(knobs.dro_beta.is_finite() && knobs.dro_beta > 0.0) {

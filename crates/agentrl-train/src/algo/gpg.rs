@@ -7,24 +7,17 @@
 //! `eps_low`, `eps_high`, `dual_clip_c` and `std_normalize` are not read. `f_norm` is 1, as
 //! verl's trainer calls it (verl exposes no knob for it).
 
-use agentrl_rl::{AdvantageEstimator, AggMode, PolicyLoss};
+use agentrl_rl::AggMode;
 
+use super::registry::{AdvEstimatorName, PolicyLossName};
 use super::{Knobs, BASE};
 
 pub const PRESET: Knobs = Knobs {
-    agg: AggMode::TokenMean,
+    adv_estimator: AdvEstimatorName::Gpg,
+    policy_loss: PolicyLossName::Gpg,
+    loss_agg_mode: AggMode::TokenMean,
     ..BASE
 };
-
-/// `A_i = α (R_i − mean_g R)`, `α = B / #{R ≠ 0}`.
-pub fn advantage_estimator(_knobs: &Knobs) -> AdvantageEstimator {
-    AdvantageEstimator::Gpg { f_norm: 1.0 }
-}
-
-/// `−Â·log π_θ`.
-pub fn policy_loss(_knobs: &Knobs) -> PolicyLoss {
-    PolicyLoss::Gpg
-}
 
 pub fn check(knobs: &Knobs, f: &mut super::Findings) {
     if knobs.epochs > 1 {

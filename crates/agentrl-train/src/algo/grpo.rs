@@ -12,34 +12,16 @@
 //!   6 of 8. It belongs to this preset, not to the default config, so it does not leak into
 //!   the other algorithms.
 
-use agentrl_rl::{AdvantageEstimator, AggMode, PolicyLoss};
+use agentrl_rl::AggMode;
 
+use super::registry::{AdvEstimatorName, PolicyLossName};
 use super::{Knobs, BASE};
 
 pub const PRESET: Knobs = Knobs {
-    agg: AggMode::SeqMeanTokenMean,
+    adv_estimator: AdvEstimatorName::Grpo,
+    policy_loss: PolicyLossName::Vanilla,
+    loss_agg_mode: AggMode::SeqMeanTokenMean,
     std_normalize: true,
     entropy_coef: 0.01,
     ..BASE
 };
-
-/// `Â_i = (R_i − mean_G R)/(std_G R + 1e-6)`, the same for every action token of episode `i`.
-pub fn advantage_estimator(knobs: &Knobs) -> AdvantageEstimator {
-    AdvantageEstimator::Grpo {
-        norm_by_std: knobs.std_normalize,
-    }
-}
-
-/// Token-level PPO clip (with optional dual clip), `min(rÂ, clip(r, 1−ε, 1+ε)Â)`.
-pub fn policy_loss(knobs: &Knobs) -> PolicyLoss {
-    ppo_clip(knobs)
-}
-
-/// The token-level PPO clip with the knobs' bounds; shared by the presets that use it.
-pub(crate) fn ppo_clip(knobs: &Knobs) -> PolicyLoss {
-    PolicyLoss::PpoClip {
-        clip_low: knobs.eps_low,
-        clip_high: knobs.eps_high,
-        dual_clip: knobs.dual_clip_c,
-    }
-}

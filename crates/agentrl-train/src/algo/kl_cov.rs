@@ -8,12 +8,15 @@
 //! the preset takes two minibatches per rollout batch (as GSPO does), so the second one sees a
 //! moved policy.
 
-use agentrl_rl::{AdvantageEstimator, AggMode, PolicyLoss};
+use agentrl_rl::AggMode;
 
+use super::registry::{AdvEstimatorName, PolicyLossName};
 use super::{Findings, Knobs, BASE};
 
 pub const PRESET: Knobs = Knobs {
-    agg: AggMode::TokenMean,
+    adv_estimator: AdvEstimatorName::Grpo,
+    policy_loss: PolicyLossName::KlCov,
+    loss_agg_mode: AggMode::TokenMean,
     minibatches: 2,
     // The paper's 7B k = 2e-3 penalises ⌊2e-3·N⌋ = 1 or 2 of the ~10³ action tokens of a
     // TinyAgent step; 1e-2 reaches a handful. β = 1 is the paper's (verl's config: 0.1).
@@ -21,21 +24,6 @@ pub const PRESET: Knobs = Knobs {
     ppo_kl_coef: 1.0,
     ..BASE
 };
-
-/// `(R − mean)/std` per group, as in GRPO.
-pub fn advantage_estimator(knobs: &Knobs) -> AdvantageEstimator {
-    AdvantageEstimator::Grpo {
-        norm_by_std: knobs.std_normalize,
-    }
-}
-
-/// `−Â·r`, plus `β·|Δ log π|` on the top-covariance tokens.
-pub fn policy_loss(knobs: &Knobs) -> PolicyLoss {
-    PolicyLoss::KlCov {
-        kl_cov_ratio: knobs.kl_cov_ratio,
-        kl_coef: knobs.ppo_kl_coef,
-    }
-}
 
 pub fn check(knobs: &Knobs, f: &mut Findings) {
     if !(0.0..=1.0).contains(&knobs.kl_cov_ratio) {
@@ -49,9 +37,5 @@ pub fn check(knobs: &Knobs, f: &mut Findings) {
             "algorithm.ppo_kl_coef = {} must be a finite number >= 0",
             knobs.ppo_kl_coef
         ));
-    }
-    if knobs.dual_clip_c.is_some() {
-        f.warnings
-            .push("algorithm.dual_clip_c is ignored by kl_cov".into());
     }
 }

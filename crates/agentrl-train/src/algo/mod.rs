@@ -1,47 +1,55 @@
 //! Algorithm presets: each RL algorithm as a named composition of `agentrl-rl` functions, one
-//! file per algorithm that holds its whole recipe (CleanRL-style): its knob values, its
-//! advantage estimator and policy loss, and its config checks. Knob-driven step hooks (DAPO's
-//! overlong shaping and dynamic-sampling refill) live in [`dapo`] and are called for every
-//! preset that turns them on.
+//! file per algorithm that holds its whole recipe (CleanRL-style): its knob values (its
+//! advantage estimator and policy loss among them, by verl's names), why it chose them, and
+//! the checks of what it brings. Knob-driven step hooks (DAPO's overlong shaping and
+//! dynamic-sampling refill, GDPO's reward components) live in [`dapo`] and [`gdpo`] and are
+//! called for every preset that turns them on.
 //!
-//! Where it sits: the trainer collects a rollout batch, then asks the chosen preset for
-//! (1) the per-token advantages ([`Algorithm::advantage_estimator`]) and (2) the per-token
-//! policy loss ([`Algorithm::policy_loss`]); KL, entropy, the value loss and aggregation are
-//! shared and applied by the update with the preset's [`Knobs`]. A closed enum with an
-//! exhaustive `match` plays the role of verl's string registry, with the compiler checking
-//! every case. This module never imports the config: the config imports it.
+//! Where it sits: the trainer collects a rollout batch, then asks the resolved [`Knobs`] for
+//! (1) the per-token advantages ([`Knobs::advantage_estimator`]) and (2) the per-token policy
+//! loss ([`Knobs::policy_loss`]), both built by [`registry`] from the names `adv_estimator` and
+//! `policy_loss`, so any estimator and any loss run on any preset: a preset only sets their
+//! defaults. KL, entropy, the value loss, aggregation and rollout correction are shared and
+//! applied by the update with the same knobs. Closed enums with exhaustive `match`es play the
+//! role of verl's string registries, with the compiler checking every case. This module never
+//! imports the config: the config imports it.
 //!
 //! GKD (ALGORITHMS.md §15, `agentrl_rl::gkd_loss`) has no preset: its loss is a divergence to a
-//! teacher's full-vocabulary logits, with no reward or advantage, so it belongs to a
-//! distillation recipe with a teacher model, not to this RL trainer.
+//! teacher's full-vocabulary logits, with no reward or advantage, so it belongs to the
+//! distillation recipe with a teacher model (issue 15), not to this RL trainer.
 
 use serde::{Deserialize, Serialize};
 
-use agentrl_rl::{AdvantageEstimator, PolicyLoss};
-
+pub mod bypass;
 pub mod cispo;
 pub mod clip_cov;
 pub mod dapo;
 pub mod dppo;
 pub mod dr_grpo;
 pub mod dro;
+pub mod gdpo;
 pub mod gmpo;
 pub mod gpg;
 pub mod grpo;
+pub mod grpo_passk;
 pub mod gspo;
 pub mod kl_cov;
 pub mod knobs;
 pub mod opo;
+pub mod otb;
 pub mod ppo;
+pub mod registry;
 pub mod reinforce_pp;
 pub mod remax;
 pub mod rloo;
 pub mod sapo;
 
+pub use gdpo::RewardComponent;
 pub use knobs::{KlPlacement, Knobs, BASE};
+pub use registry::{AdvEstimatorName, PolicyLossName};
 
-/// The algorithms the trainer runs, chosen by `algorithm.name` in the config (verl's name
-/// where verl has one: its loss mode or advantage estimator).
+/// The algorithm presets, chosen by `algorithm.name` in the config (verl's name where verl has
+/// one: its loss mode, advantage estimator or rollout-correction preset).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Algorithm {
@@ -68,10 +76,22 @@ pub enum Algorithm {
     #[serde(alias = "kl-cov")]
     KlCov,
     Dro,
+    Gdpo,
+    GrpoPassk,
+    /// OTB, verl's `optimal_token_baseline` estimator.
+    #[serde(rename = "optimal_token_baseline", alias = "otb")]
+    Otb,
+    /// TIR-OTB, verl's `tir_optimal_token_baseline` estimator.
+    #[serde(rename = "tir_optimal_token_baseline", alias = "tir_otb")]
+    TirOtb,
+    /// verl's `RolloutCorrectionConfig.bypass_ppo_clip_k3_rs()`.
+    BypassPpoClipK3Rs,
+    /// verl's `RolloutCorrectionConfig.bypass_pg_is()`.
+    BypassPgIs,
 }
 
 /// Every algorithm, in the order the docs list them.
-pub const ALL: [Algorithm; 18] = [
+pub const ALL: [Algorithm; 24] = [
     Algorithm::Grpo,
     Algorithm::DrGrpo,
     Algorithm::Dapo,
@@ -90,6 +110,12 @@ pub const ALL: [Algorithm; 18] = [
     Algorithm::ClipCov,
     Algorithm::KlCov,
     Algorithm::Dro,
+    Algorithm::Gdpo,
+    Algorithm::GrpoPassk,
+    Algorithm::Otb,
+    Algorithm::TirOtb,
+    Algorithm::BypassPpoClipK3Rs,
+    Algorithm::BypassPgIs,
 ];
 
 /// What the checks of a preset see besides its knobs: the shape of a rollout step.
@@ -127,6 +153,12 @@ impl Algorithm {
             Algorithm::ClipCov => "clip_cov",
             Algorithm::KlCov => "kl_cov",
             Algorithm::Dro => "dro",
+            Algorithm::Gdpo => "gdpo",
+            Algorithm::GrpoPassk => "grpo_passk",
+            Algorithm::Otb => "optimal_token_baseline",
+            Algorithm::TirOtb => "tir_optimal_token_baseline",
+            Algorithm::BypassPpoClipK3Rs => "bypass_ppo_clip_k3_rs",
+            Algorithm::BypassPgIs => "bypass_pg_is",
         }
     }
 
@@ -151,130 +183,53 @@ impl Algorithm {
             Algorithm::ClipCov => clip_cov::PRESET,
             Algorithm::KlCov => kl_cov::PRESET,
             Algorithm::Dro => dro::PRESET,
+            Algorithm::Gdpo => gdpo::PRESET,
+            Algorithm::GrpoPassk => grpo_passk::PRESET,
+            Algorithm::Otb => otb::PRESET_OTB,
+            Algorithm::TirOtb => otb::PRESET_TIR,
+            Algorithm::BypassPpoClipK3Rs => bypass::PRESET_PPO_CLIP_K3_RS,
+            Algorithm::BypassPgIs => bypass::PRESET_PG_IS,
         }
     }
 
-    /// The advantage estimator of this algorithm with the resolved knobs.
-    pub fn advantage_estimator(self, knobs: &Knobs) -> AdvantageEstimator {
-        match self {
-            Algorithm::Grpo => grpo::advantage_estimator(knobs),
-            Algorithm::DrGrpo => dr_grpo::advantage_estimator(knobs),
-            Algorithm::Dapo => dapo::advantage_estimator(knobs),
-            Algorithm::Rloo => rloo::advantage_estimator(knobs),
-            Algorithm::ReinforcePp => reinforce_pp::advantage_estimator(knobs),
-            Algorithm::Ppo => ppo::advantage_estimator(knobs),
-            Algorithm::Gspo => gspo::advantage_estimator(knobs),
-            Algorithm::Cispo => cispo::advantage_estimator(knobs),
-            Algorithm::Sapo => sapo::advantage_estimator(knobs),
-            Algorithm::Gmpo => gmpo::advantage_estimator(knobs),
-            Algorithm::Gpg => gpg::advantage_estimator(knobs),
-            Algorithm::DppoTv | Algorithm::DppoKl => dppo::advantage_estimator(knobs),
-            Algorithm::Remax => remax::advantage_estimator(knobs),
-            Algorithm::Opo => opo::advantage_estimator(knobs),
-            Algorithm::ClipCov => clip_cov::advantage_estimator(knobs),
-            Algorithm::KlCov => kl_cov::advantage_estimator(knobs),
-            Algorithm::Dro => dro::advantage_estimator(knobs),
-        }
-    }
-
-    /// The policy loss of this algorithm with the resolved knobs.
-    pub fn policy_loss(self, knobs: &Knobs) -> PolicyLoss {
-        match self {
-            Algorithm::Grpo => grpo::policy_loss(knobs),
-            Algorithm::DrGrpo => dr_grpo::policy_loss(knobs),
-            Algorithm::Dapo => dapo::policy_loss(knobs),
-            Algorithm::Rloo => rloo::policy_loss(knobs),
-            Algorithm::ReinforcePp => reinforce_pp::policy_loss(knobs),
-            Algorithm::Ppo => ppo::policy_loss(knobs),
-            Algorithm::Gspo => gspo::policy_loss(knobs),
-            Algorithm::Cispo => cispo::policy_loss(knobs),
-            Algorithm::Sapo => sapo::policy_loss(knobs),
-            Algorithm::Gmpo => gmpo::policy_loss(knobs),
-            Algorithm::Gpg => gpg::policy_loss(knobs),
-            Algorithm::DppoTv => dppo::policy_loss(knobs, false),
-            Algorithm::DppoKl => dppo::policy_loss(knobs, true),
-            Algorithm::Remax => remax::policy_loss(knobs),
-            Algorithm::Opo => opo::policy_loss(knobs),
-            Algorithm::ClipCov => clip_cov::policy_loss(knobs),
-            Algorithm::KlCov => kl_cov::policy_loss(knobs),
-            Algorithm::Dro => dro::policy_loss(knobs),
-        }
-    }
-
-    /// Whether the advantage baseline comes from the other episodes of the task's group.
-    pub fn uses_group_baseline(self) -> bool {
-        match self {
-            Algorithm::Grpo
-            | Algorithm::DrGrpo
-            | Algorithm::Dapo
-            | Algorithm::Rloo
-            | Algorithm::Gspo
-            | Algorithm::Cispo
-            | Algorithm::Sapo
-            | Algorithm::Gmpo
-            | Algorithm::Gpg
-            | Algorithm::DppoTv
-            | Algorithm::DppoKl
-            | Algorithm::Opo
-            | Algorithm::ClipCov
-            | Algorithm::KlCov
-            | Algorithm::Dro => true,
-            Algorithm::ReinforcePp | Algorithm::Ppo | Algorithm::Remax => false,
-        }
-    }
-
-    /// Whether the preset trains the value head (and so needs values in the batch).
-    pub fn uses_critic(self) -> bool {
-        matches!(self, Algorithm::Ppo)
-    }
-
-    /// Whether the advantage baseline is the reward of a greedy (temperature 0) episode of
-    /// each task, which the trainer samples besides the group (ReMax).
-    pub fn needs_greedy_baseline(self) -> bool {
-        matches!(self, Algorithm::Remax)
-    }
-
-    /// Whether `eps_low` / `eps_high` bound a ratio (or log-ratio) from both sides, so that
-    /// `eps_high < eps_low` is probably a swap. CISPO's bounds are on a weight with a large
-    /// `eps_low`, DPPO's are divergence thresholds, and SAPO, GPG, KL-Cov and DRO read neither.
-    fn clips_the_ratio(self) -> bool {
-        !matches!(
-            self,
-            Algorithm::Cispo
-                | Algorithm::DppoTv
-                | Algorithm::DppoKl
-                | Algorithm::Sapo
-                | Algorithm::Gpg
-                | Algorithm::KlCov
-                | Algorithm::Dro
-        )
-    }
-
-    /// Checks the knobs: the ones every algorithm shares, then the algorithm's own (in its
-    /// file). `overridden` lists the keys the user set, for checks about knobs an algorithm
-    /// ignores.
+    /// Checks the knobs: the ones every configuration shares, then those of the estimator and
+    /// the loss the knobs name (each in its algorithm's file) and of the rollout correction.
+    /// `overridden` lists the keys the user set, for checks about knobs nothing reads.
     pub fn check(self, knobs: &Knobs, shape: StepShape, overridden: &[String]) -> Findings {
         let mut f = common_checks(self, knobs, shape, overridden);
-        match self {
-            Algorithm::Gspo => gspo::check(knobs, &mut f),
-            Algorithm::Rloo => rloo::check(shape, &mut f),
-            Algorithm::Ppo => ppo::check(knobs, &mut f),
-            Algorithm::Cispo => cispo::check(knobs, &mut f),
-            Algorithm::Sapo => sapo::check(knobs, &mut f),
-            Algorithm::Gmpo => gmpo::check(knobs, &mut f),
-            Algorithm::Gpg => gpg::check(knobs, &mut f),
-            Algorithm::DppoTv | Algorithm::DppoKl => dppo::check(knobs, &mut f),
-            Algorithm::Opo => opo::check(knobs, &mut f),
-            Algorithm::ClipCov => clip_cov::check(knobs, &mut f),
-            Algorithm::KlCov => kl_cov::check(knobs, &mut f),
-            Algorithm::Dro => dro::check(knobs, &mut f),
-            Algorithm::Grpo
-            | Algorithm::DrGrpo
-            | Algorithm::Dapo
-            | Algorithm::ReinforcePp
-            | Algorithm::Remax => {}
+        match knobs.adv_estimator {
+            AdvEstimatorName::Gae => ppo::check(knobs, &mut f),
+            AdvEstimatorName::Rloo => rloo::check(shape, &mut f),
+            AdvEstimatorName::Opo => opo::check(knobs, &mut f),
+            AdvEstimatorName::Gdpo => gdpo::check(knobs, shape, &mut f),
+            AdvEstimatorName::GrpoPassk => grpo_passk::check(shape, &mut f),
+            AdvEstimatorName::OptimalTokenBaseline | AdvEstimatorName::TirOptimalTokenBaseline => {
+                otb::check(shape, &mut f)
+            }
+            AdvEstimatorName::Grpo
+            | AdvEstimatorName::ReinforcePlusPlus
+            | AdvEstimatorName::ReinforcePlusPlusBaseline
+            | AdvEstimatorName::Remax
+            | AdvEstimatorName::Gpg => {}
         }
-        if self.clips_the_ratio() && knobs.eps_high < knobs.eps_low {
+        if !knobs.bypass_mode {
+            match knobs.policy_loss {
+                PolicyLossName::Sapo => sapo::check(knobs, &mut f),
+                PolicyLossName::Gpg => gpg::check(knobs, &mut f),
+                PolicyLossName::DppoTv | PolicyLossName::DppoKl => dppo::check(knobs, &mut f),
+                PolicyLossName::ClipCov => clip_cov::check(knobs, &mut f),
+                PolicyLossName::KlCov => kl_cov::check(knobs, &mut f),
+                PolicyLossName::Dro => dro::check(knobs, &mut f),
+                PolicyLossName::Vanilla
+                | PolicyLossName::Gspo
+                | PolicyLossName::GspoSequence
+                | PolicyLossName::GeoMean
+                | PolicyLossName::Cispo
+                | PolicyLossName::VanillaPg => {}
+            }
+        }
+        bypass::check(knobs, overridden, &mut f);
+        if knobs.clips_the_ratio() && knobs.eps_high < knobs.eps_low {
             f.errors.push(format!(
                 "algorithm.eps_high ({}) < algorithm.eps_low ({}): clip-higher raises the upper \
                  bound; did you swap them?",
@@ -285,16 +240,16 @@ impl Algorithm {
     }
 }
 
-/// Knobs that only some presets read, and those presets (a user's override of one elsewhere
-/// is reported).
-const PRESET_ONLY_KNOBS: [(&[&str], &[Algorithm]); 4] = [
-    (&["tau_pos", "tau_neg"], &[Algorithm::Sapo]),
+/// Knobs that only one policy loss reads, and that loss (a user's override of one under
+/// another loss is reported).
+const LOSS_ONLY_KNOBS: [(&[&str], PolicyLossName); 4] = [
+    (&["tau_pos", "tau_neg"], PolicyLossName::Sapo),
     (
         &["clip_cov_ratio", "clip_cov_lb", "clip_cov_ub"],
-        &[Algorithm::ClipCov],
+        PolicyLossName::ClipCov,
     ),
-    (&["kl_cov_ratio", "ppo_kl_coef"], &[Algorithm::KlCov]),
-    (&["dro_beta"], &[Algorithm::Dro]),
+    (&["kl_cov_ratio", "ppo_kl_coef"], PolicyLossName::KlCov),
+    (&["dro_beta"], PolicyLossName::Dro),
 ];
 
 /// Checks that hold for every preset.
@@ -331,7 +286,7 @@ fn common_checks(
         f.errors
             .push("algorithm.gamma and algorithm.lam must lie in [0, 1]".to_string());
     }
-    if knobs.epochs > 1 && !knobs.old_logprob_pass {
+    if knobs.epochs > 1 && !knobs.old_logprob_pass && !knobs.bypass_mode {
         f.errors.push(format!(
             "algorithm.epochs = {} without algorithm.old_logprob_pass = true: later epochs \
              would take their ratio against the engine's sampling log-probs, not the policy \
@@ -346,29 +301,43 @@ fn common_checks(
             shape.group_size
         ));
     }
-    if knobs.value_coef != 0.0 && !algorithm.uses_critic() {
+    let estimator = knobs.adv_estimator;
+    let loss = if knobs.bypass_mode {
+        "bypass_mode"
+    } else {
+        knobs.policy_loss.as_str()
+    };
+    if knobs.value_coef != 0.0 && !knobs.uses_critic() {
         f.errors.push(format!(
-            "algorithm.value_coef is set but {name} has no critic; only ppo trains the value head"
+            "algorithm.value_coef is set but {name} uses adv_estimator = {estimator}, which has \
+             no critic; only adv_estimator = gae trains the value head"
         ));
     }
-    for (keys, readers) in PRESET_ONLY_KNOBS {
-        if !readers.contains(&algorithm) {
-            for key in keys
-                .iter()
-                .filter(|k| overridden.iter().any(|o| o.as_str() == **k))
-            {
-                f.warnings
-                    .push(format!("algorithm.{key} is not read by {name}"));
+    let set = |key: &str| overridden.iter().any(|o| o == key);
+    for (keys, reader) in LOSS_ONLY_KNOBS {
+        if knobs.bypass_mode || knobs.policy_loss != reader {
+            for key in keys.iter().filter(|k| set(k)) {
+                f.warnings.push(format!(
+                    "algorithm.{key} is only read by policy_loss = {reader}, not by {loss}"
+                ));
             }
         }
     }
-    let gae_knob_set = ["lam", "value_clip"]
-        .iter()
-        .any(|k| overridden.iter().any(|o| o == k));
-    if gae_knob_set && !algorithm.uses_critic() {
+    if !knobs.needs_reward_components() && (set("gdpo_reward_keys") || set("gdpo_reward_weights")) {
         f.warnings.push(format!(
-            "algorithm.lam / value_clip are GAE and critic knobs; {name} ignores them"
+            "algorithm.gdpo_reward_keys / gdpo_reward_weights are only read by adv_estimator = \
+             gdpo, not by {estimator}"
         ));
+    }
+    if (set("lam") || set("value_clip")) && !knobs.uses_critic() {
+        f.warnings.push(format!(
+            "algorithm.lam / value_clip are GAE and critic knobs; adv_estimator = {estimator} \
+             ignores them"
+        ));
+    }
+    if knobs.dual_clip_c.is_some() && !knobs.reads_dual_clip() {
+        f.warnings
+            .push(format!("algorithm.dual_clip_c is ignored by {loss}"));
     }
     if !(0.0..=1.0).contains(&knobs.eps_low) || !finite_nonneg(knobs.eps_high) {
         f.errors.push(format!(
@@ -396,7 +365,7 @@ fn common_checks(
         }
     }
     if knobs.kl_placement == KlPlacement::InLoss
-        && knobs.kl_estimator == agentrl_rl::KlEstimator::K1
+        && knobs.kl_loss_type == agentrl_rl::KlEstimator::K1
         && knobs.kl_coef > 0.0
     {
         f.warnings.push(
@@ -419,7 +388,8 @@ fn common_checks(
     if knobs.epochs == 1
         && knobs.minibatches == 1
         && knobs.old_logprob_pass
-        && !algorithm.uses_critic()
+        && !knobs.uses_critic()
+        && !knobs.corrects_rollouts()
     {
         f.warnings.push(
             "algorithm.old_logprob_pass with one epoch and one minibatch: the ratio is 1 \
@@ -427,10 +397,10 @@ fn common_checks(
                 .into(),
         );
     }
-    if shape.group_size == 1 && algorithm.uses_group_baseline() {
+    if shape.group_size == 1 && knobs.uses_group_baseline() {
         f.warnings.push(format!(
-            "rollout.group_size = 1 with {name}: a group baseline of one episode gives zero \
-             advantage"
+            "rollout.group_size = 1 with adv_estimator = {estimator}: a group baseline of one \
+             episode gives zero advantage"
         ));
     }
     if let Some(cache) = knobs.overlong_cache {
@@ -472,6 +442,8 @@ mod tests {
             ("dppo", Algorithm::DppoTv),
             ("clip-cov", Algorithm::ClipCov),
             ("kl-cov", Algorithm::KlCov),
+            ("otb", Algorithm::Otb),
+            ("tir_otb", Algorithm::TirOtb),
         ] {
             assert_eq!(named(alias), algorithm);
         }
@@ -517,9 +489,84 @@ mod tests {
     #[test]
     fn only_remax_samples_a_greedy_baseline_and_it_has_no_group_baseline() {
         for algorithm in ALL {
-            let greedy = algorithm.needs_greedy_baseline();
+            let k = algorithm.preset();
+            let greedy = k.needs_greedy_baseline();
             assert_eq!(greedy, algorithm == Algorithm::Remax, "{algorithm}");
-            assert!(!(greedy && algorithm.uses_group_baseline()), "{algorithm}");
+            assert!(!(greedy && k.uses_group_baseline()), "{algorithm}");
         }
+    }
+
+    /// Every estimator and every loss, selected by verl's name on another preset, passes the
+    /// checks with its own knobs' defaults, except where the loss needs a knob the preset
+    /// leaves unset (DPPO's truncation c), which is an error naming the knob.
+    #[test]
+    fn every_verl_name_is_selectable_on_any_preset() {
+        for &adv_estimator in AdvEstimatorName::ALL {
+            let k = Knobs {
+                adv_estimator,
+                value_coef: if adv_estimator == AdvEstimatorName::Gae {
+                    0.5
+                } else {
+                    0.0
+                },
+                ..grpo::PRESET
+            };
+            let f = Algorithm::Grpo.check(&k, SHAPE, &["adv_estimator".into()]);
+            assert!(f.errors.is_empty(), "{adv_estimator}: {:?}", f.errors);
+        }
+        for &policy_loss in PolicyLossName::ALL {
+            let k = Knobs {
+                policy_loss,
+                ..rloo::PRESET
+            };
+            let f = Algorithm::Rloo.check(&k, SHAPE, &["policy_loss".into()]);
+            if matches!(policy_loss, PolicyLossName::DppoTv | PolicyLossName::DppoKl) {
+                assert!(f.errors[0].contains("dual_clip_c"), "{:?}", f.errors);
+            } else {
+                assert!(f.errors.is_empty(), "{policy_loss}: {:?}", f.errors);
+            }
+        }
+    }
+
+    #[test]
+    fn rollout_correction_checks_name_the_knob() {
+        let errors = |k: Knobs| Algorithm::Grpo.check(&k, SHAPE, &[]).errors;
+        // Decoupled mode needs the trainer's π_old.
+        let decoupled = Knobs {
+            rollout_is: Some(agentrl_rl::IsLevel::Token),
+            ..grpo::PRESET
+        };
+        assert!(errors(decoupled.clone())[0].contains("old_logprob_pass"));
+        assert!(errors(Knobs {
+            old_logprob_pass: true,
+            ..decoupled
+        })
+        .is_empty());
+        // Bypass mode is the opposite, and allows epochs > 1 on the engine's log-probs.
+        let bypass = Knobs {
+            epochs: 2,
+            ..bypass::PRESET_PG_IS
+        };
+        assert!(
+            errors(bypass.clone()).is_empty(),
+            "{:?}",
+            errors(bypass.clone())
+        );
+        assert!(errors(Knobs {
+            old_logprob_pass: true,
+            ..bypass
+        })[0]
+            .contains("bypass_mode"));
+        let bad = Knobs {
+            rollout_rs: Some("token_k1,seq_mean_k3".into()),
+            rollout_rs_threshold: Some(agentrl_rl::ThresholdSpec::Text("0.5_2.0".into())),
+            ..bypass::PRESET_PPO_CLIP_K3_RS
+        };
+        // One threshold shared by both options: `0.5_2.0` is no upper bound for k3.
+        assert!(
+            errors(bad.clone())[0].starts_with("algorithm.rollout_rs_threshold"),
+            "{:?}",
+            errors(bad)
+        );
     }
 }

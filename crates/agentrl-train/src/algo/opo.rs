@@ -5,28 +5,21 @@
 //! normalisation, exact on-policy training (one epoch, one minibatch, so the ratio is 1), no
 //! entropy bonus, no KL; token-level PPO clip, `token-mean`.
 
-use agentrl_rl::{AdvantageEstimator, AggMode, PolicyLoss};
+use agentrl_rl::AggMode;
 
+use super::registry::{AdvEstimatorName, PolicyLossName};
 use super::{Findings, Knobs, BASE};
 
 pub const PRESET: Knobs = Knobs {
-    agg: AggMode::TokenMean,
+    adv_estimator: AdvEstimatorName::Opo,
+    policy_loss: PolicyLossName::Vanilla,
+    loss_agg_mode: AggMode::TokenMean,
     std_normalize: false,
     epochs: 1,
     minibatches: 1,
     entropy_coef: 0.0,
     ..BASE
 };
-
-/// The length-weighted group baseline; the lengths are the loss mask's row sums.
-pub fn advantage_estimator(_knobs: &Knobs) -> AdvantageEstimator {
-    AdvantageEstimator::Opo
-}
-
-/// Token-level PPO clip (the ratio is 1 on-policy, so it is the policy gradient).
-pub fn policy_loss(knobs: &Knobs) -> PolicyLoss {
-    super::grpo::ppo_clip(knobs)
-}
 
 pub fn check(knobs: &Knobs, f: &mut Findings) {
     if knobs.epochs > 1 || knobs.minibatches > 1 {

@@ -8,23 +8,16 @@
 //! The trainer samples one extra episode per task at temperature 0 for the baseline
 //! ([`super::Algorithm::needs_greedy_baseline`]); it is used for nothing else.
 
-use agentrl_rl::{AdvantageEstimator, AggMode, KlEstimator, PolicyLoss};
+use agentrl_rl::{AggMode, KlEstimator};
 
+use super::registry::{AdvEstimatorName, PolicyLossName};
 use super::{KlPlacement, Knobs, BASE};
 
 pub const PRESET: Knobs = Knobs {
-    agg: AggMode::TokenMean,
-    kl_estimator: KlEstimator::K1,
+    adv_estimator: AdvEstimatorName::Remax,
+    policy_loss: PolicyLossName::Vanilla,
+    loss_agg_mode: AggMode::TokenMean,
+    kl_loss_type: KlEstimator::K1,
     kl_placement: KlPlacement::InReward,
     ..BASE
 };
-
-/// Reward-to-go of the (KL-shaped) token rewards minus the greedy episode's reward.
-pub fn advantage_estimator(_knobs: &Knobs) -> AdvantageEstimator {
-    AdvantageEstimator::Remax
-}
-
-/// Token-level PPO clip.
-pub fn policy_loss(knobs: &Knobs) -> PolicyLoss {
-    super::grpo::ppo_clip(knobs)
-}

@@ -3,37 +3,25 @@
 //! gate `f(r) = σ(τ(r − 1))·4/τ`, `ℓ = −f(r)·Â`, with `τ = tau_pos` for `Â > 0` and `tau_neg`
 //! otherwise; group advantage `(R − mean)/std`, no KL.
 //!
-//! The loss ignores `algorithm.agg` and always aggregates with `seq-mean-token-mean`, as verl's
+//! The loss ignores `algorithm.loss_agg_mode` and always aggregates with `seq-mean-token-mean`, as verl's
 //! `compute_policy_loss_sapo` does; the preset names that mode so the KL and entropy terms
 //! aggregate the same way. `eps_low`, `eps_high` and `dual_clip_c` are not read.
 
-use agentrl_rl::{AdvantageEstimator, AggMode, PolicyLoss};
+use agentrl_rl::AggMode;
 
+use super::registry::{AdvEstimatorName, PolicyLossName};
 use super::{Findings, Knobs, BASE};
 
 pub const PRESET: Knobs = Knobs {
-    agg: AggMode::SeqMeanTokenMean,
+    adv_estimator: AdvEstimatorName::Grpo,
+    policy_loss: PolicyLossName::Sapo,
+    loss_agg_mode: AggMode::SeqMeanTokenMean,
     // The paper's values for Qwen3-30B-A3B-Base (verl's defaults): τ_neg > τ_pos gates
     // negative tokens harder.
     tau_pos: 1.0,
     tau_neg: 1.05,
     ..BASE
 };
-
-/// `(R − mean)/std` per group, as in GRPO.
-pub fn advantage_estimator(knobs: &Knobs) -> AdvantageEstimator {
-    AdvantageEstimator::Grpo {
-        norm_by_std: knobs.std_normalize,
-    }
-}
-
-/// `−σ(τ(r − 1))·(4/τ)·Â`, τ chosen by the sign of `Â`.
-pub fn policy_loss(knobs: &Knobs) -> PolicyLoss {
-    PolicyLoss::Sapo {
-        tau_pos: knobs.tau_pos,
-        tau_neg: knobs.tau_neg,
-    }
-}
 
 pub fn check(knobs: &Knobs, f: &mut Findings) {
     for (key, tau) in [("tau_pos", knobs.tau_pos), ("tau_neg", knobs.tau_neg)] {
@@ -43,11 +31,11 @@ pub fn check(knobs: &Knobs, f: &mut Findings) {
             ));
         }
     }
-    if knobs.agg != AggMode::SeqMeanTokenMean {
+    if knobs.loss_agg_mode != AggMode::SeqMeanTokenMean {
         f.warnings.push(format!(
-            "algorithm.agg = {:?}: sapo's loss always aggregates with seq-mean-token-mean (as \
-             verl's); only the KL and entropy terms follow agg",
-            knobs.agg
+            "algorithm.loss_agg_mode = {:?}: sapo's loss always aggregates with seq-mean-token-mean (as \
+             verl's); only the KL and entropy terms follow loss_agg_mode",
+            knobs.loss_agg_mode
         ));
     }
 }

@@ -136,14 +136,14 @@ mod tests {
             "optim.lr=0.01",
             "rollout.group_size=3",
             "algorithm.name=ppo",
-            "algorithm.agg=\"token-mean\"",
+            "algorithm.loss_agg_mode=\"token-mean\"",
             "train.run_name=my-run",
             "optim.schedule=cosine",
         ])?;
         assert_eq!(c.optim.lr, 0.01);
         assert_eq!(c.rollout.group_size, 3);
         assert_eq!(c.algorithm.name, Algorithm::Ppo);
-        assert_eq!(c.algorithm.knobs.agg, AggMode::TokenMean);
+        assert_eq!(c.algorithm.knobs.loss_agg_mode, AggMode::TokenMean);
         assert_eq!(c.train.run_name.as_deref(), Some("my-run"));
         assert_eq!(c.optim.schedule, ScheduleKind::Cosine);
         Ok(())
@@ -171,6 +171,98 @@ mod tests {
         // Dead knobs are gone.
         assert!(with(&["algorithm.ratio_level=token"]).is_err());
         assert!(with(&["algorithm.clip_eps=0.2"]).is_err());
+        // The names before verl's still load (old run directories), once.
+        let legacy = with(&["algorithm.agg=token-sum", "algorithm.kl_estimator=k2"]).unwrap();
+        assert_eq!(legacy.algorithm.knobs.loss_agg_mode, AggMode::TokenSum);
+        assert_eq!(
+            legacy.algorithm.knobs.kl_loss_type,
+            agentrl_rl::KlEstimator::K2
+        );
+        let err = with(&[
+            "algorithm.agg=token-sum",
+            "algorithm.loss_agg_mode=token-mean",
+        ]);
+        assert!(format!("{:#}", err.unwrap_err()).contains("same knob"));
+    }
+
+    /// verl's names select the estimator, loss, aggregation, KL type and rollout correction on
+    /// any preset; a wrong one is an error naming the field and listing the valid names.
+    #[test]
+    fn verl_names_select_and_wrong_names_are_named() {
+        let k = with(&[
+            "algorithm.name=dapo",
+            "algorithm.adv_estimator=rloo",
+            "algorithm.policy_loss=cispo",
+            "algorithm.loss_agg_mode=token-sum",
+            "algorithm.kl_loss_type=low_var_kl+",
+            "algorithm.old_logprob_pass=true",
+            "algorithm.rollout_is=sequence",
+            "algorithm.rollout_rs=\"token_k1,seq_mean_k3\"",
+            "algorithm.rollout_rs_threshold=\"0.5_2.0,0.01\"",
+        ])
+        .unwrap();
+        assert!(k.validate().errors.is_empty(), "{:?}", k.validate().errors);
+        let knobs = &k.algorithm.knobs;
+        assert_eq!(knobs.adv_estimator.as_str(), "rloo");
+        assert_eq!(knobs.policy_loss.as_str(), "cispo");
+        assert_eq!(knobs.loss_agg_mode, AggMode::TokenSum);
+        assert_eq!(knobs.kl_loss_type, agentrl_rl::KlEstimator::K3Plus);
+        // The preset's other knobs stay (DAPO's clip-higher).
+        assert_eq!(knobs.eps_high, 0.28);
+        assert!(knobs.rollout_correction().unwrap().is_some());
+        // The written-out config reads back the same.
+        let back: Config = toml::from_str(&k.to_toml().unwrap()).unwrap();
+        assert_eq!(&back.algorithm.knobs, knobs);
+        let cases: &[(&str, &[&str])] = &[
+            (
+                "algorithm.adv_estimator=grpo_plus",
+                &["algorithm.adv_estimator", "gdpo"],
+            ),
+            (
+                "algorithm.policy_loss=ppo",
+                &["algorithm.policy_loss", "geo_mean"],
+            ),
+            (
+                "algorithm.loss_agg_mode=mean",
+                &["algorithm.loss_agg_mode", "seq-mean-token-sum-norm"],
+            ),
+            (
+                "algorithm.kl_loss_type=full",
+                &["algorithm.kl_loss_type", "k3+"],
+            ),
+            (
+                "algorithm.rollout_is=tokens",
+                &["algorithm.rollout_is", "sequence"],
+            ),
+            (
+                "algorithm.loss_type=pg",
+                &["algorithm.loss_type", "reinforce"],
+            ),
+            (
+                "algorithm.gdpo_reward_keys=[\"hidden\"]",
+                &["algorithm.gdpo_reward_keys", "hidden_fraction"],
+            ),
+        ];
+        for (set, needles) in cases {
+            let msg = format!("{:#}", with(&[set]).unwrap_err());
+            for needle in *needles {
+                assert!(msg.contains(needle), "{set}: {needle:?} not in {msg}");
+            }
+        }
+        let v = with(&[
+            "algorithm.old_logprob_pass=true",
+            "algorithm.rollout_rs=seq_max_k9",
+            "algorithm.rollout_rs_threshold=2.0",
+        ])
+        .unwrap()
+        .validate();
+        assert!(
+            v.errors
+                .iter()
+                .any(|e| e.contains("algorithm.rollout_rs") && e.contains("seq_max_k3")),
+            "{:?}",
+            v.errors
+        );
     }
 
     #[test]
@@ -200,6 +292,23 @@ mod tests {
                 "dynamic_sampling",
             ),
             (&["algorithm.value_coef=0.5"], "no critic"),
+            (&["algorithm.rollout_is=token"], "old_logprob_pass"),
+            (
+                &[
+                    "algorithm.name=bypass_pg_is",
+                    "algorithm.old_logprob_pass=true",
+                ],
+                "bypass_mode",
+            ),
+            (&["algorithm.policy_loss=dppo_kl"], "dual_clip_c"),
+            (
+                &["algorithm.adv_estimator=grpo_passk", "rollout.group_size=1"],
+                "grpo_passk",
+            ),
+            (
+                &["algorithm.name=gdpo", "algorithm.gdpo_reward_weights=[1.0]"],
+                "gdpo_reward_weights",
+            ),
             (
                 &["algorithm.eps_low=0.3", "algorithm.eps_high=0.2"],
                 "eps_high",
@@ -230,7 +339,7 @@ mod tests {
 
     #[test]
     fn questionable_combinations_are_warnings() {
-        let c = with(&["algorithm.kl_coef=0.1", "algorithm.kl_estimator=k1"]).unwrap();
+        let c = with(&["algorithm.kl_coef=0.1", "algorithm.kl_loss_type=k1"]).unwrap();
         let v = c.validate();
         assert!(v.errors.is_empty(), "{:?}", v.errors);
         assert!(
@@ -251,7 +360,7 @@ mod tests {
         let dapo = with(&["algorithm.name=dapo"]).unwrap().algorithm.knobs;
         assert_eq!((dapo.eps_low, dapo.eps_high), (0.2, 0.28));
         assert!(dapo.dynamic_sampling);
-        assert_eq!(dapo.agg, AggMode::TokenMean);
+        assert_eq!(dapo.loss_agg_mode, AggMode::TokenMean);
         let r = with(&["algorithm.name=dapo", "algorithm.eps_high=0.3"])
             .unwrap()
             .algorithm

@@ -36,7 +36,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use crate::algo::{dapo, Algorithm, Knobs};
+use crate::algo::{dapo, gdpo, Algorithm, Knobs};
 use crate::config::{apply_resume_overrides, parse_config_file, Config, ConfigChange};
 use crate::optim::{AdamW, AdamWParams};
 use crate::schedule::learning_rate;
@@ -619,6 +619,7 @@ impl Trainer {
             }
         }
         let baselines = self.greedy_baselines(step, &kept)?;
+        let components = gdpo::reward_components(&self.knobs, kept.iter().map(|(e, _)| &e.reward));
         let time_rollout_s = started.elapsed().as_secs_f64();
 
         let update_started = Instant::now();
@@ -643,6 +644,7 @@ impl Trainer {
             };
             let extras = BatchExtras {
                 reward_baselines: baselines.as_deref(),
+                reward_components: components.as_deref(),
             };
             let mut shuffle = stream(seed, step as u64, STREAM_SHUFFLE);
             update_with(
@@ -703,7 +705,7 @@ impl Trainer {
         Ok(record)
     }
 
-    /// ReMax's baselines ([`Algorithm::needs_greedy_baseline`]): for each kept episode, the
+    /// ReMax's baselines ([`Knobs::needs_greedy_baseline`]): for each kept episode, the
     /// reward (shaped as the training rewards are) of one greedy (temperature 0) episode of its
     /// task, sampled with the current policy from its own stream; `None` for other presets.
     fn greedy_baselines(
@@ -711,7 +713,7 @@ impl Trainer {
         step: usize,
         kept: &[(Episode, f32)],
     ) -> anyhow::Result<Option<Vec<f32>>> {
-        if !self.algorithm.needs_greedy_baseline() || kept.is_empty() {
+        if !self.knobs.needs_greedy_baseline() || kept.is_empty() {
             return Ok(None);
         }
         let mut tasks: Vec<String> = Vec::new();
