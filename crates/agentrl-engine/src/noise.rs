@@ -21,6 +21,10 @@ pub struct NoisyLogprobs<E> {
 impl<E: Engine> NoisyLogprobs<E> {
     /// Errors when `std` is negative or not finite.
     pub fn new(inner: E, std: f64) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            std.is_finite() && std >= 0.0,
+            "engine.logprob_noise = {std}: the noise's standard deviation must be a number >= 0"
+        );
         let noise = Normal::new(0.0, std)
             .map_err(|e| anyhow::anyhow!("engine.logprob_noise = {std}: {e}"))?;
         Ok(Self { inner, noise })

@@ -14,14 +14,14 @@ use std::time::Instant;
 use agentrl_chat::tiny::grammar::bias_table;
 use agentrl_chat::tiny::{TinyCodec, MAX_CANDIDATES, TOOL_NAMES};
 use agentrl_chat::ChatCodec;
-use agentrl_engine::{Engine, NoisyLogprobs, SamplingParams, WeightSync};
+use agentrl_engine::{Engine, LogprobKind, NoisyLogprobs, SamplingParams, WeightSync};
 use agentrl_gym::sandbox::Executor;
 use agentrl_gym::{Action, BugFixEnv, EnvConfig, OutcomeCache, Split, TaskSet, ToolCall};
 use agentrl_model::{ConstrainedPolicy, LogitBias, Policy, TinyAgent, TinyConfig};
 
 use crate::config::ModelKind;
 pub use crate::policy_stack::TinyPolicy;
-use crate::policy_stack::TrainPolicy;
+use crate::policy_stack::{EngineReplica, TrainPolicy};
 use crate::preflight::{preflight, PreflightReport, PreflightSetup};
 use agentrl_rl::KlController;
 use agentrl_rollout::{
@@ -131,7 +131,7 @@ pub struct Trainer {
 
 /// Weights an engine samples with, and their version.
 struct EngineCopy {
-    policy: Box<dyn TrainPolicy>,
+    replica: Box<dyn EngineReplica>,
     version: u64,
 }
 
@@ -298,7 +298,7 @@ impl Trainer {
         let engine_dtype = parse_dtype("engine.dtype", &config.engine.dtype)?;
         let engine_copy = if engine_dtype != DType::F32 || config.engine.async_rollouts {
             Some(EngineCopy {
-                policy: policy.snapshot(engine_dtype)?,
+                replica: policy.replica(engine_dtype)?,
                 version: 0,
             })
         } else {
@@ -465,16 +465,11 @@ impl Trainer {
     /// The engine the rollouts sample with: the trainer's own weights, or the engine's copy
     /// of them; with `engine.logprob_noise`, behind the injected noise.
     fn rollout_engine(&self) -> anyhow::Result<Box<dyn Engine + Send + '_>> {
+        let kind = self.config.engine.logprobs;
         let mut engine = match &self.engine_copy {
-            Some(copy) => {
-                let mut engine = copy.policy.local_engine();
-                engine.sync_weights(&WeightSync::Shared {
-                    version: copy.version,
-                })?;
-                engine
-            }
+            Some(copy) => copy.replica.engine(kind, copy.version)?,
             None => {
-                let mut engine = self.policy.local_engine();
+                let mut engine = self.policy.local_engine(kind);
                 engine.sync_weights(&WeightSync::Shared {
                     version: self.state.step as u64,
                 })?;
@@ -494,7 +489,7 @@ impl Trainer {
     fn sync_engine_copy(&mut self) -> anyhow::Result<()> {
         if let Some(copy) = &mut self.engine_copy {
             if copy.version != self.state.step as u64 {
-                copy.policy.copy_weights_from(self.policy.as_ref())?;
+                copy.replica.refresh(self.policy.as_ref())?;
                 copy.version = self.state.step as u64;
             }
         }
@@ -863,7 +858,8 @@ impl Trainer {
             ..self.config.sampling.clone()
         };
         let mut rng = stream(self.config.train.seed, tag, STREAM_EVAL);
-        let mut engine = self.policy.local_engine();
+        // Evaluation measures the policy itself: the trainer's weights, exact log-probs.
+        let mut engine = self.policy.local_engine(LogprobKind::TemperatureScaled);
         engine.sync_weights(&WeightSync::Shared {
             version: self.state.step as u64,
         })?;
