@@ -25,9 +25,14 @@
 use serde::{Deserialize, Serialize};
 
 pub mod local;
+/// TEMPORARY (branch `remote`): `Decoder for Qwen3` until the real one lands; delete at merge.
+mod qwen3_stub;
+pub mod remote;
 pub mod sampling;
+pub mod serve;
 
 pub use local::{Decoder, LocalEngine};
+pub use remote::{Protocol, RemoteConfig, RemoteEngine};
 pub use sampling::{sample_token, scaled_log_softmax, SamplingParams};
 
 /// One row of a generate call.
