@@ -38,7 +38,9 @@ impl Decoder for Qwen3 {
             let ids = Tensor::from_slice(row, (1, row.len()), self.device())?;
             let logits = self.forward_with_cache(&ids, row_cache)?;
             let last = logits.i((0, row.len() - 1))?;
-            out.push(Some(last.to_dtype(candle_core::DType::F32)?.to_vec1::<f32>()?));
+            out.push(Some(
+                last.to_dtype(candle_core::DType::F32)?.to_vec1::<f32>()?,
+            ));
         }
         Ok(out)
     }

@@ -242,12 +242,13 @@ impl RemoteEngine {
             .iter()
             .map(|u| u.trim_end_matches('/').to_string())
             .collect();
-        let api_key = match &config.api_key_env {
-            None => None,
-            Some(var) => Some(std::env::var(var).with_context(|| {
-                format!("remote.api_key_env names {var:?}, which is not set")
-            })?),
-        };
+        let api_key =
+            match &config.api_key_env {
+                None => None,
+                Some(var) => Some(std::env::var(var).with_context(|| {
+                    format!("remote.api_key_env names {var:?}, which is not set")
+                })?),
+            };
         let http = Http {
             agent: ureq::AgentBuilder::new()
                 .timeout_connect(Duration::from_secs_f64(config.connect_timeout_s))
@@ -532,7 +533,10 @@ impl RemoteEngine {
     }
 
     fn sync_lora(&self, dir: &Path, name: &str) -> anyhow::Result<()> {
-        anyhow::ensure!(!name.is_empty(), "weight sync: the LoRA adapter name is empty");
+        anyhow::ensure!(
+            !name.is_empty(),
+            "weight sync: the LoRA adapter name is empty"
+        );
         let path = absolute(dir)?;
         let body = serde_json::json!({
             "lora_name": name,
@@ -952,11 +956,13 @@ fn parse_sglang_completion(text: &str, params: &GenerateParams) -> Result<Parsed
     let value: Value = parse_json(text, "the /generate response").map_err(Failure::fatal)?;
     let value = match value {
         Value::Array(mut list) if list.len() == 1 => list.remove(0),
-        Value::Array(list) => return Err(fatal(format!("expected one result, got {}", list.len()))),
+        Value::Array(list) => {
+            return Err(fatal(format!("expected one result, got {}", list.len())))
+        }
         other => other,
     };
-    let response: GenerateResponseBody = serde_json::from_value(value)
-        .map_err(|e| fatal(format!("not the expected JSON: {e}")))?;
+    let response: GenerateResponseBody =
+        serde_json::from_value(value).map_err(|e| fatal(format!("not the expected JSON: {e}")))?;
     let meta = &response.meta_info;
     let finish_info = meta
         .finish_reason
@@ -1047,7 +1053,9 @@ fn parse_sglang_prompt_logprobs(text: &str, ids: &[u32]) -> anyhow::Result<Vec<f
     let response: GenerateResponseBody =
         serde_json::from_value(value).context("the /generate response")?;
     let entries = response.meta_info.input_token_logprobs.ok_or_else(|| {
-        anyhow::anyhow!("/generate: no meta_info.input_token_logprobs (asked with logprob_start_len 0)")
+        anyhow::anyhow!(
+            "/generate: no meta_info.input_token_logprobs (asked with logprob_start_len 0)"
+        )
     })?;
     anyhow::ensure!(
         entries.len() == ids.len(),
@@ -1061,7 +1069,8 @@ fn parse_sglang_prompt_logprobs(text: &str, ids: &[u32]) -> anyhow::Result<Vec<f
             id == want,
             "/generate: input_token_logprobs[{i}] is for token {id}, the prompt has {want}"
         );
-        let lp = lp.ok_or_else(|| anyhow::anyhow!("/generate: input_token_logprobs[{i}] is null"))?;
+        let lp =
+            lp.ok_or_else(|| anyhow::anyhow!("/generate: input_token_logprobs[{i}] is null"))?;
         out.push(lp as f32);
     }
     Ok(out)
@@ -1086,7 +1095,10 @@ mod tests {
             "stop_reason": 7, "token_ids": [3, 7],
             "logprobs": {"token_logprobs": [-0.5, -1.0], "tokens": ["a", "b"]}}]}"#;
         let (tokens, lps, finish, _) = parse_vllm_completion(with_ids, &params(&[7])).unwrap();
-        assert_eq!((tokens, lps, finish), (vec![3, 7], vec![-0.5, -1.0], FinishReason::Stop));
+        assert_eq!(
+            (tokens, lps, finish),
+            (vec![3, 7], vec![-0.5, -1.0], FinishReason::Stop)
+        );
         let old = r#"{"choices": [{"finish_reason": "length",
             "logprobs": {"token_logprobs": [-0.5], "tokens": ["token_id:4"]}}]}"#;
         assert_eq!(parse_vllm_completion(old, &params(&[])).unwrap().0, vec![4]);
@@ -1095,7 +1107,12 @@ mod tests {
         let err = parse_vllm_completion(trimmed, &params(&[7])).err().unwrap();
         assert!(!err.retryable && err.error.to_string().contains("left it out"));
         let aborted = r#"{"choices": [{"finish_reason": "abort", "token_ids": []}]}"#;
-        assert!(parse_vllm_completion(aborted, &params(&[])).err().unwrap().retryable);
+        assert!(
+            parse_vllm_completion(aborted, &params(&[]))
+                .err()
+                .unwrap()
+                .retryable
+        );
     }
 
     #[test]
@@ -1122,12 +1139,24 @@ mod tests {
     #[test]
     fn config_errors_name_the_field() {
         let mut config = RemoteConfig::new(Protocol::Vllm, vec![], "m");
-        assert!(config.validate().unwrap_err().to_string().contains("endpoints"));
+        assert!(config
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("endpoints"));
         config.endpoints = vec!["https://x".into()];
-        assert!(config.validate().unwrap_err().to_string().contains("http://"));
+        assert!(config
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("http://"));
         config.endpoints = vec!["http://x".into()];
         config.max_in_flight = 0;
-        assert!(config.validate().unwrap_err().to_string().contains("max_in_flight"));
+        assert!(config
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("max_in_flight"));
         let parsed: RemoteConfig = toml_like(
             r#"{"protocol": "sglang", "endpoints": ["http://a:1"], "model": "m",
                 "balance": "round-robin", "logprob_kind": "processed"}"#,

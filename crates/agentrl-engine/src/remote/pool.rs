@@ -345,7 +345,10 @@ mod tests {
             .to_string();
         assert!(err.contains("request 1 of 3"), "{err}");
         assert!(err.contains("4 attempts"), "{err}");
-        assert!(err.contains("e0: HTTP 500") && err.contains("e1: HTTP 500"), "{err}");
+        assert!(
+            err.contains("e0: HTTP 500") && err.contains("e1: HTTP 500"),
+            "{err}"
+        );
         // A fatal error is not retried.
         let err = p
             .run(1, "request", |_, _| -> Result<(), _> {

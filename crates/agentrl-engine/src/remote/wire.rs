@@ -359,7 +359,10 @@ mod tests {
             error_message(r#"{"error": {"message": "bad", "type": "BadRequestError"}}"#),
             "bad"
         );
-        assert_eq!(error_message(r#"{"object": "error", "message": "old"}"#), "old");
+        assert_eq!(
+            error_message(r#"{"object": "error", "message": "old"}"#),
+            "old"
+        );
         assert_eq!(error_message("plain"), "plain");
         let long = "é".repeat(400);
         assert!(error_message(&long).ends_with('…'));

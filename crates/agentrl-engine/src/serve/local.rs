@@ -184,8 +184,10 @@ impl<D: ServableDecoder> ServedModel for LocalServed<D> {
 
     fn load_lora(&mut self, name: &str, dir: &Path) -> anyhow::Result<()> {
         let model = self.base.decoder().with_lora(dir)?;
-        self.adapters
-            .insert(name.to_string(), (dir.to_path_buf(), LocalEngine::new(model)));
+        self.adapters.insert(
+            name.to_string(),
+            (dir.to_path_buf(), LocalEngine::new(model)),
+        );
         Ok(())
     }
 

@@ -334,15 +334,19 @@ impl Drop for Server {
 }
 
 /// Binds `addr` (`127.0.0.1:0` picks a free port; see [`Server::addr`]) and serves `model`.
-pub fn start<M: ServedModel>(model: M, options: ServeOptions, addr: &str) -> anyhow::Result<Server> {
+pub fn start<M: ServedModel>(
+    model: M,
+    options: ServeOptions,
+    addr: &str,
+) -> anyhow::Result<Server> {
     if let Some(t) = options.force_temperature {
         anyhow::ensure!(
             t >= 0.0 && t.is_finite(),
             "--force-temperature must be >= 0, got {t}"
         );
     }
-    let http = tiny_http::Server::http(addr)
-        .map_err(|e| anyhow::anyhow!("serve: binding {addr}: {e}"))?;
+    let http =
+        tiny_http::Server::http(addr).map_err(|e| anyhow::anyhow!("serve: binding {addr}: {e}"))?;
     let bound = http
         .server_addr()
         .to_ip()
@@ -652,6 +656,9 @@ mod tests {
         };
         let scaled = mode_log_softmax(&logits, LogprobKind::TemperatureScaled, &hot);
         assert!((scaled[0] - scaled_log_softmax(&logits, 2.0)[0]).abs() < 1e-12);
-        assert_eq!(top_entries(&raw, 2).iter().map(|e| e.0).collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(
+            top_entries(&raw, 2).iter().map(|e| e.0).collect::<Vec<_>>(),
+            [0, 1]
+        );
     }
 }

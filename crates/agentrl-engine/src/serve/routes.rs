@@ -18,8 +18,8 @@ use super::{
 };
 use crate::remote::wire::{
     CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse, ErrorBody,
-    ErrorDetail, GenerateRequestBody, LoadLoraRequest, ModelCard, ModelList, Prompt,
-    PromptLogprob, SglangSampling, UnloadLoraRequest, UpdateWeightsRequest, Usage, LOGPROB_FLOOR,
+    ErrorDetail, GenerateRequestBody, LoadLoraRequest, ModelCard, ModelList, Prompt, PromptLogprob,
+    SglangSampling, UnloadLoraRequest, UpdateWeightsRequest, Usage, LOGPROB_FLOOR,
 };
 use crate::{FinishReason, GenerateParams, GenerateRequest, SamplingParams};
 
@@ -132,10 +132,7 @@ pub(super) fn handle(ctx: &Context, mut request: tiny_http::Request) {
     let url = request.url().to_string();
     let path = url.split('?').next().unwrap_or_default().to_string();
     let mut body = String::new();
-    let read = request
-        .as_reader()
-        .take(MAX_BODY)
-        .read_to_string(&mut body);
+    let read = request.as_reader().take(MAX_BODY).read_to_string(&mut body);
     let answer = match read {
         Err(e) => Err(ApiError::bad(format!("reading the request body: {e}"))),
         Ok(_) => route(ctx, &method, &path, &body),
@@ -176,7 +173,10 @@ fn route(ctx: &Context, method: &tiny_http::Method, path: &str, body: &str) -> A
         (Post, "/update_weights_from_disk") => update_weights(ctx, body),
         (Post, "/load_lora_adapter") => sglang_load_lora(ctx, body),
         (Post, "/unload_lora_adapter") => sglang_unload_lora(ctx, body),
-        _ => Err(ApiError::not_found(None, format!("no route {method} {path}"))),
+        _ => Err(ApiError::not_found(
+            None,
+            format!("no route {method} {path}"),
+        )),
     }
 }
 
@@ -310,10 +310,7 @@ fn prompt_ids(
         Some(Prompt::IdBatch(batch)) => (batch, true),
         Some(Prompt::Text(text)) => (vec![encode(&text)?], false),
         Some(Prompt::TextBatch(texts)) => (
-            texts
-                .iter()
-                .map(|t| encode(t))
-                .collect::<Result<_, _>>()?,
+            texts.iter().map(|t| encode(t)).collect::<Result<_, _>>()?,
             true,
         ),
     };
@@ -574,7 +571,11 @@ fn completions(ctx: &Context, body: &str) -> Answer {
         usage.prompt_tokens += prompt.len();
         usage.completion_tokens += c.tokens.len();
         let logprobs = req.logprobs.map(|_| {
-            let tokens: Vec<String> = c.tokens.iter().map(|&t| token_name(ctx, t, as_ids)).collect();
+            let tokens: Vec<String> = c
+                .tokens
+                .iter()
+                .map(|&t| token_name(ctx, t, as_ids))
+                .collect();
             let mut offset = 0;
             let text_offset = tokens
                 .iter()
@@ -607,9 +608,7 @@ fn completions(ctx: &Context, body: &str) -> Answer {
             }
         });
         let stop_reason = match (c.finish, c.tokens.last()) {
-            (FinishReason::Stop, Some(last)) if requested_stop.contains(last) => {
-                Some(json!(last))
-            }
+            (FinishReason::Stop, Some(last)) if requested_stop.contains(last) => Some(json!(last)),
             _ => None,
         };
         let prompt_logprobs = req.prompt_logprobs.map(|_| {
