@@ -4,7 +4,8 @@
 //! row, the sampled ids, their log-probs, why the row stopped, and *which* log-probs these are
 //! ([`LogprobKind`]). That is the whole contract between rollouts and whatever samples them:
 //! the local KV-cached engine ([`local::LocalEngine`]) over any [`local::Decoder`], or a client
-//! of an inference server.
+//! of vLLM or SGLang servers ([`remote::RemoteEngine`]). [`serve`] puts a local engine behind
+//! those servers' HTTP routes (`agentrl serve`).
 //!
 //! Where it sits: the rollout driver (`agentrl-rollout`) renders prompts and observations to
 //! ids with a `ChatCodec`, asks the engine for one action per live episode, and steps the

@@ -364,7 +364,7 @@ mod tests {
             "old"
         );
         assert_eq!(error_message("plain"), "plain");
-        let long = "é".repeat(400);
+        let long = "é".repeat(600);
         assert!(error_message(&long).ends_with('…'));
     }
 

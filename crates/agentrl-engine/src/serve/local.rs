@@ -26,7 +26,7 @@ pub trait ServableDecoder: Decoder<Cache: Send> + Sized + Send + 'static {
     fn with_lora(&self, dir: &Path) -> anyhow::Result<Self>;
     /// The model in folder `dir`, in this model's dtype and device (SGLang's
     /// `update_weights_from_disk`).
-    fn from_folder(&self, dir: &Path) -> anyhow::Result<Self>;
+    fn load_folder(&self, dir: &Path) -> anyhow::Result<Self>;
     /// Logits `[V]` after `ids[..=p]` for every `p` in `positions` (the distribution of
     /// `ids[p + 1]`). The default decodes incrementally through [`Decoder::decode`].
     fn position_logits(
@@ -73,7 +73,7 @@ impl ServableDecoder for Qwen3 {
         Ok(model)
     }
 
-    fn from_folder(&self, dir: &Path) -> anyhow::Result<Self> {
+    fn load_folder(&self, dir: &Path) -> anyhow::Result<Self> {
         let options = LoadOptions {
             dtype: self.dtype(),
             device: self.device().clone(),
@@ -201,7 +201,7 @@ impl<D: ServableDecoder> ServedModel for LocalServed<D> {
     /// Loads the new base, then re-applies every loaded adapter from its folder onto it (an
     /// adapter is a delta on the base it was trained on); any failure leaves the old weights.
     fn load_full_weights(&mut self, dir: &Path) -> anyhow::Result<()> {
-        let base = self.base.decoder().from_folder(dir)?;
+        let base = self.base.decoder().load_folder(dir)?;
         let mut adapters = BTreeMap::new();
         for (name, (adapter_dir, _)) in &self.adapters {
             let model = base.with_lora(adapter_dir).with_context(|| {

@@ -261,10 +261,13 @@ pub(crate) struct GenerateJob {
     pub reply: mpsc::Sender<anyhow::Result<Vec<RowOutput>>>,
 }
 
+/// Work other than generation, run on the model thread in arrival order.
+pub(crate) type ModelCall = Box<dyn FnOnce(&mut dyn ServedModel, &mut ModelState) + Send>;
+
 /// Everything the model thread does: generate jobs (batched) and anything else in order.
 pub(crate) enum Work {
     Generate(GenerateJob),
-    Call(Box<dyn FnOnce(&mut dyn ServedModel, &mut ModelState) + Send>),
+    Call(ModelCall),
 }
 
 /// Server state that changes only on the model thread, with the weights.
@@ -367,6 +370,7 @@ pub fn start<M: ServedModel>(
         .context("serve: starting the model thread")?;
     let stop = Arc::new(AtomicBool::new(false));
     let seed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let ids = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut threads = Vec::new();
     for i in 0..options.http_threads.max(1) {
         let http = Arc::clone(&http);
@@ -376,6 +380,7 @@ pub fn start<M: ServedModel>(
             options: Arc::clone(&options),
             work: work_tx.clone(),
             seed: Arc::clone(&seed),
+            ids: Arc::clone(&ids),
         };
         let thread = std::thread::Builder::new()
             .name(format!("serve-http-{i}"))

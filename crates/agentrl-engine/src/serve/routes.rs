@@ -33,6 +33,8 @@ pub(super) struct Context {
     pub work: mpsc::Sender<Work>,
     /// Seeds for requests that give none (each such request draws a new one, as on vLLM).
     pub seed: Arc<AtomicU64>,
+    /// Response ids (`cmpl-…`, SGLang's `meta_info.id`).
+    pub ids: Arc<AtomicU64>,
 }
 
 /// An answer: status, body, and whether the body is JSON.
@@ -656,7 +658,7 @@ fn completions(ctx: &Context, body: &str) -> Answer {
         });
     }
     usage.total_tokens = usage.prompt_tokens + usage.completion_tokens;
-    let id = ctx.seed.fetch_add(1, Ordering::SeqCst);
+    let id = ctx.ids.fetch_add(1, Ordering::SeqCst);
     Ok(Reply::json(&CompletionResponse {
         id: format!("cmpl-{id:016x}"),
         object: "text_completion".into(),
@@ -742,7 +744,7 @@ fn sglang_generate(ctx: &Context, body: &str) -> Answer {
             (FinishReason::Stop, Some(&last)) => json!({ "type": "stop", "matched": last }),
             _ => json!({ "type": "length", "length": max_tokens }),
         };
-        let id = ctx.seed.fetch_add(1, Ordering::SeqCst);
+        let id = ctx.ids.fetch_add(1, Ordering::SeqCst);
         let mut meta = json!({
             "id": format!("{id:016x}"),
             "finish_reason": finish,
