@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod chat;
 mod score;
+mod serve;
 mod train;
 
 #[derive(Debug, Parser)]
@@ -37,6 +38,8 @@ pub enum Command {
     Score(score::ScoreArgs),
     /// Speed measurements against a baseline measured in the same run.
     Bench(bench::BenchArgs),
+    /// Serve a Qwen3 model folder over vLLM's and SGLang's HTTP routes.
+    Serve(serve::ServeArgs),
 }
 
 /// Set by the first Ctrl-C once [`catch_interrupts`] ran.
@@ -94,6 +97,7 @@ pub fn main() -> ExitCode {
         Command::Chat(args) => chat::chat(args),
         Command::Score(args) => score::score(args),
         Command::Bench(args) => bench::bench(args),
+        Command::Serve(args) => serve::serve(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -4,7 +4,8 @@
 //! row, the sampled ids, their log-probs, why the row stopped, and *which* log-probs these are
 //! ([`LogprobKind`]). That is the whole contract between rollouts and whatever samples them:
 //! the local KV-cached engine ([`local::LocalEngine`]) over any [`local::Decoder`], or a client
-//! of an inference server.
+//! of vLLM or SGLang servers ([`remote::RemoteEngine`]). [`serve`] puts a local engine behind
+//! those servers' HTTP routes (`agentrl serve`).
 //!
 //! Where it sits: the rollout driver (`agentrl-rollout`) renders prompts and observations to
 //! ids with a `ChatCodec`, asks the engine for one action per live episode, and steps the
@@ -27,11 +28,14 @@ use serde::{Deserialize, Serialize};
 pub mod local;
 pub mod noise;
 pub mod qwen3;
+pub mod remote;
 pub mod sampling;
+pub mod serve;
 
 pub use local::{Decoder, LocalEngine};
 pub use noise::NoisyLogprobs;
 pub use qwen3::Qwen3Replica;
+pub use remote::{Protocol, RemoteConfig, RemoteEngine};
 pub use sampling::{sample_token, sample_token_as, scaled_log_softmax, SamplingParams};
 
 /// One row of a generate call.

@@ -1,0 +1,157 @@
+//! `agentrl serve --model DIR`: a Qwen3 model folder behind vLLM's and SGLang's HTTP routes
+//! (`/v1/completions`, `/v1/models`, LoRA load/unload, `/generate`, `/update_weights_from_disk`;
+//! see `agentrl_engine::serve`), so the remote engine and anything written against vLLM's API
+//! can run against a local model over loopback, with no GPU.
+//!
+//! Where it sits: the binding of the engine crate's generic server to Qwen3 —
+//! `Qwen3::load` → `LocalServed<Qwen3>` (a `LocalEngine<Qwen3>` per adapter) →
+//! `agentrl_engine::serve::start`. Omitted sampling parameters are filled from the folder's
+//! `generation_config.json` as vLLM's `--generation-config auto` does (`--generation-config
+//! vllm` ignores the file). `--force-temperature T` is a fault injection for testing the
+//! mismatch preflight: every request is sampled and reported at `T`. The first line on stdout
+//! is `listening on http://HOST:PORT` (with `--port 0`, the port the system picked).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use agentrl_chat::qwen::QwenTokenizer;
+use agentrl_engine::serve::{self, GenerationDefaults, LocalServed, ServeOptions, TextCodec};
+use agentrl_engine::LogprobKind;
+use agentrl_model::qwen3::{LoadOptions, Qwen3};
+use anyhow::{bail, Context, Result};
+use candle_core::DType;
+use clap::{Args, ValueEnum};
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// HF model folder: config.json and safetensors (single or sharded). Its
+    /// generation_config.json fills omitted sampling parameters; a tokenizer.json enables text
+    /// prompts and the `text` of responses.
+    #[arg(long, value_name = "DIR")]
+    pub model: PathBuf,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0 = any free port, printed on the first line).
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// The name requests must give as `model` (default: the --model argument, as vLLM).
+    #[arg(long, value_name = "NAME")]
+    pub served_model_name: Option<String>,
+    /// Which log-probs responses carry (vLLM's --logprobs-mode): raw = log softmax(z), vLLM's
+    /// default; temperature-scaled = log softmax(z/T), SGLang's default; processed = after
+    /// top-k/top-p truncation, renormalised.
+    #[arg(long, value_enum, default_value = "raw")]
+    pub logprobs_mode: LogprobsMode,
+    /// Where omitted sampling parameters come from: `auto` = the folder's
+    /// generation_config.json, then vLLM's defaults; `vllm` = vLLM's defaults only.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub generation_config: GenerationConfigSource,
+    /// Fault injection for testing the mismatch preflight: sample and report every request at
+    /// temperature T, whatever it asks for.
+    #[arg(long, value_name = "T")]
+    pub force_temperature: Option<f64>,
+    /// Compute dtype: f32 or bf16.
+    #[arg(long, default_value = "f32")]
+    pub dtype: String,
+    /// HTTP threads parsing requests (the model runs on one thread of its own).
+    #[arg(long, default_value_t = 8)]
+    pub http_threads: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogprobsMode {
+    Raw,
+    TemperatureScaled,
+    Processed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GenerationConfigSource {
+    Auto,
+    Vllm,
+}
+
+/// The folder's tokenizer as the server's text codec (special tokens kept both ways, as with
+/// `skip_special_tokens: false`).
+struct QwenText(QwenTokenizer);
+
+impl TextCodec for QwenText {
+    fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        Ok(self.0.encode(text, false)?)
+    }
+
+    fn decode(&self, ids: &[u32]) -> Result<String> {
+        Ok(self.0.decode(ids, false)?)
+    }
+}
+
+pub fn serve(args: ServeArgs) -> Result<()> {
+    let dtype = match args.dtype.as_str() {
+        "f32" => DType::F32,
+        "bf16" => DType::BF16,
+        other => bail!("--dtype must be f32 or bf16, got {other:?}"),
+    };
+    if !args.model.is_dir() {
+        bail!("--model {}: no such folder", args.model.display());
+    }
+    let options = LoadOptions {
+        dtype,
+        ..LoadOptions::default()
+    };
+    let model = Qwen3::load(&args.model, &options)
+        .with_context(|| format!("loading the model from {}", args.model.display()))?;
+    let defaults = match args.generation_config {
+        GenerationConfigSource::Auto => GenerationDefaults::from_model_dir(&args.model)?,
+        GenerationConfigSource::Vllm => GenerationDefaults::default(),
+    };
+    let text: Option<Arc<dyn TextCodec>> = if args.model.join("tokenizer.json").exists() {
+        let tokenizer = QwenTokenizer::from_dir(&args.model)
+            .with_context(|| format!("loading the tokenizer from {}", args.model.display()))?;
+        Some(Arc::new(QwenText(tokenizer)))
+    } else {
+        None
+    };
+    let name = args
+        .served_model_name
+        .clone()
+        .unwrap_or_else(|| args.model.display().to_string());
+    let path = std::path::absolute(&args.model)
+        .unwrap_or_else(|_| args.model.clone())
+        .display()
+        .to_string();
+    let logprobs_mode = match args.logprobs_mode {
+        LogprobsMode::Raw => LogprobKind::Raw,
+        LogprobsMode::TemperatureScaled => LogprobKind::TemperatureScaled,
+        LogprobsMode::Processed => LogprobKind::Processed,
+    };
+    let server_options = ServeOptions {
+        logprobs_mode,
+        force_temperature: args.force_temperature,
+        defaults,
+        text,
+        http_threads: args.http_threads,
+        ..ServeOptions::default()
+    };
+    let served = LocalServed::new(model, name.clone(), path);
+    let server = serve::start(
+        served,
+        server_options,
+        &format!("{}:{}", args.host, args.port),
+    )?;
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "listening on {}", server.url())?;
+    stdout.flush()?;
+    let forced = args
+        .force_temperature
+        .map(|t| format!(", FAULT INJECTION: every request sampled at temperature {t}"))
+        .unwrap_or_default();
+    eprintln!(
+        "agentrl serve: model {name:?} on {} (log-probs {:?}{forced})",
+        server.url(),
+        logprobs_mode
+    );
+    server.wait();
+    Ok(())
+}
