@@ -32,7 +32,7 @@ ASSET_FILES = [
 ]
 
 
-def tiny_config(vocab_size):
+def tiny_config(vocab_size, hidden=16):
     # Mirrors agentrl_model::qwen3::Qwen3Config::to_hf_json.
     return {
         "architectures": ["Qwen3ForCausalLM"],
@@ -41,12 +41,12 @@ def tiny_config(vocab_size):
         "attention_dropout": 0.0,
         "hidden_act": "silu",
         "vocab_size": vocab_size,
-        "hidden_size": 16,
-        "intermediate_size": 32,
+        "hidden_size": hidden,
+        "intermediate_size": 2 * hidden,
         "num_hidden_layers": 2,
         "num_attention_heads": 4,
         "num_key_value_heads": 2,
-        "head_dim": 8,
+        "head_dim": max(8, hidden // 4),
         "rms_norm_eps": 1e-6,
         "rope_theta": 1000000.0,
         "rope_scaling": None,
@@ -82,7 +82,7 @@ def weight_shapes(c):
     return shapes
 
 
-def write_safetensors(path, shapes, seed, scale):
+def write_safetensors(path, shapes, seed, scale, embed_scale):
     """safetensors: u64 header length, JSON header, then little-endian f32 data."""
     rng = random.Random(seed)
     header, blobs, offset = {}, [], 0
@@ -92,6 +92,10 @@ def write_safetensors(path, shapes, seed, scale):
             n *= d
         if name.endswith("norm.weight"):
             values = array("f", [1.0]) * n
+        elif name == "model.embed_tokens.weight":
+            # The tied LM head: with LoRA the embedding stays frozen, so its scale sets how
+            # sharply any hidden state can single out one token of the 151,936.
+            values = array("f", (rng.uniform(-embed_scale, embed_scale) for _ in range(n)))
         else:
             values = array("f", (rng.uniform(-scale, scale) for _ in range(n)))
         if sys.byteorder != "little":
@@ -125,6 +129,13 @@ def main():
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     parser.add_argument("--scale", type=float, default=0.5, help="weights are uniform in ±scale")
+    parser.add_argument(
+        "--embed-scale",
+        type=float,
+        default=None,
+        help="the (tied) embedding is uniform in ±embed-scale (default: --scale)",
+    )
+    parser.add_argument("--hidden-size", type=int, default=16, help="hidden size (16, 32, 64, ...)")
     args = parser.parse_args()
 
     missing = [f for f in ["config.json", "tokenizer.json"] if not (args.assets / f).is_file()]
@@ -133,9 +144,12 @@ def main():
     if args.out.exists() and any(args.out.iterdir()):
         sys.exit(f"error: {args.out} exists and is not empty; choose a new folder")
     args.out.mkdir(parents=True, exist_ok=True)
-    config = tiny_config(vocab_size(args.assets))
+    config = tiny_config(vocab_size(args.assets), args.hidden_size)
     (args.out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    write_safetensors(args.out / "model.safetensors", weight_shapes(config), args.seed, args.scale)
+    embed_scale = args.scale if args.embed_scale is None else args.embed_scale
+    write_safetensors(
+        args.out / "model.safetensors", weight_shapes(config), args.seed, args.scale, embed_scale
+    )
     for name in ASSET_FILES:
         if (args.assets / name).is_file():
             shutil.copyfile(args.assets / name, args.out / name)

@@ -4,6 +4,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use agentrl_gym::Split;
+use anyhow::Context;
 use clap::Args;
 
 use agentrl_train::config::load_config;
@@ -20,6 +21,10 @@ pub struct TrainArgs {
     /// knobs); each change is recorded in the run's config_changes.jsonl.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
+    /// Train the Qwen3 in this model folder (config.json, model.safetensors, tokenizer.json,
+    /// chat template): sets model.kind = "qwen3" and model.dir. Nothing is downloaded.
+    #[arg(long, value_name = "DIR", conflicts_with = "resume")]
+    pub model: Option<PathBuf>,
     /// Continue the run in this directory from its latest checkpoint.
     #[arg(long, value_name = "RUN", conflicts_with = "config")]
     pub resume: Option<PathBuf>,
@@ -54,7 +59,19 @@ pub struct EvalArgs {
     pub json: bool,
 }
 
-pub fn train(args: TrainArgs) -> anyhow::Result<()> {
+pub fn train(mut args: TrainArgs) -> anyhow::Result<()> {
+    if let Some(dir) = &args.model {
+        let dir = dir
+            .to_str()
+            .with_context(|| format!("--model {}: the path is not valid UTF-8", dir.display()))?;
+        // Before the user's --set, so an explicit --set still wins.
+        let mut set = vec![
+            "model.kind=\"qwen3\"".to_string(),
+            format!("model.dir={}", serde_json::to_string(dir)?),
+        ];
+        set.append(&mut args.set);
+        args.set = set;
+    }
     if args.print_config {
         let config = load_config(args.config.as_deref(), &args.set)?;
         print!("{}", config.to_toml()?);

@@ -619,9 +619,11 @@ impl RemoteEngine {
     }
 }
 
-impl Engine for RemoteEngine {
-    fn generate(
-        &mut self,
+impl RemoteEngine {
+    /// [`Engine::generate`] through a shared reference: generating changes nothing in the
+    /// client, so rollouts may sample while the owner keeps the engine for weight syncs.
+    pub fn generate_shared(
+        &self,
         requests: &[GenerateRequest],
         params: &GenerateParams,
     ) -> anyhow::Result<Vec<Completion>> {
@@ -647,6 +649,40 @@ impl Engine for RemoteEngine {
             let text = this.http.post(url, route, &body)?;
             this.parse_completion(&text, req, params)
         })
+    }
+}
+
+/// A borrowed remote engine samples; weight syncs go through the owner (`&mut`), so none can
+/// happen while a borrow samples.
+impl Engine for &RemoteEngine {
+    fn generate(
+        &mut self,
+        requests: &[GenerateRequest],
+        params: &GenerateParams,
+    ) -> anyhow::Result<Vec<Completion>> {
+        self.generate_shared(requests, params)
+    }
+
+    fn max_seq(&self) -> usize {
+        self.max_seq
+    }
+
+    fn sync_weights(&mut self, _: &WeightSync) -> anyhow::Result<()> {
+        anyhow::bail!("weight sync: sync the remote engine through its owner, not a borrow")
+    }
+
+    fn weight_version(&self) -> u64 {
+        self.version
+    }
+}
+
+impl Engine for RemoteEngine {
+    fn generate(
+        &mut self,
+        requests: &[GenerateRequest],
+        params: &GenerateParams,
+    ) -> anyhow::Result<Vec<Completion>> {
+        self.generate_shared(requests, params)
     }
 
     fn max_seq(&self) -> usize {

@@ -735,6 +735,32 @@ impl Qwen3 {
         // Per-head RMSNorm before RoPE (Qwen3's q_norm / k_norm).
         let q = self.rms_norm(&q, &attn.q_norm, mode)?;
         let k = self.rms_norm(&k, &attn.k_norm, mode)?;
+        if mode == ForwardMode::Train && cache.is_none() && self.dtype == DType::F32 {
+            // The training forward over whole sequences: one fused causal-attention op (its
+            // backward recomputes the probabilities per query row), so the `[B, heads, T, T]`
+            // scores, mask and softmax are never materialised; a long prompt would otherwise
+            // allocate (and page in) gigabytes per step. Keys and values are repeated per
+            // query head, as transformers' `repeat_kv`.
+            let q = apply_rotary(&q, cos, sin, mode)?;
+            let k = apply_rotary(&k, cos, sin, mode)?;
+            let repeat = |x: &Tensor| -> Result<Tensor> {
+                Ok(x.unsqueeze(3)?
+                    .broadcast_as((batch, seq, n_kv, group, head_dim))?
+                    .reshape((batch, seq, n_q * head_dim))?)
+            };
+            let qkv = Tensor::cat(
+                &[
+                    &q.reshape((batch, seq, n_q * head_dim))?,
+                    &repeat(&k)?,
+                    &repeat(&v)?,
+                ],
+                2,
+            )?;
+            let scale = 1.0 / (head_dim as f64).sqrt();
+            let out = crate::fused::causal_attention(&qkv, n_q, scale)?
+                .reshape((batch * seq, n_q * head_dim))?;
+            return attn.o_proj.forward(&out);
+        }
         let q = apply_rotary(&q, cos, sin, mode)?
             .transpose(1, 2)?
             .contiguous()?;

@@ -11,15 +11,21 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use agentrl_chat::qwen3_codec::{Qwen3Codec, Qwen3CodecOptions};
 use agentrl_chat::tiny::grammar::bias_table;
 use agentrl_chat::tiny::{TinyCodec, MAX_CANDIDATES, TOOL_NAMES};
 use agentrl_chat::ChatCodec;
-use agentrl_engine::{Engine, LogprobKind, NoisyLogprobs, SamplingParams, WeightSync};
+use agentrl_engine::{
+    Engine, LogprobKind, NoisyLogprobs, Protocol, RemoteConfig, RemoteEngine, SamplingParams,
+    WeightSync,
+};
 use agentrl_gym::sandbox::Executor;
 use agentrl_gym::{Action, BugFixEnv, EnvConfig, OutcomeCache, Split, TaskSet, ToolCall};
+use agentrl_model::lora::LoraConfig;
+use agentrl_model::qwen3::{LoadOptions, Qwen3};
 use agentrl_model::{ConstrainedPolicy, LogitBias, Policy, TinyAgent, TinyConfig};
 
-use crate::config::ModelKind;
+use crate::config::{EngineKind, ModelKind};
 pub use crate::policy_stack::TinyPolicy;
 use crate::policy_stack::{EngineReplica, TrainPolicy};
 use crate::preflight::{preflight, PreflightReport, PreflightSetup};
@@ -127,6 +133,10 @@ pub struct Trainer {
     engine_copy: Option<EngineCopy>,
     /// What the engine preflight measured (`engine.preflight`).
     pub preflight: Option<PreflightReport>,
+    /// Inference servers that sample the rollouts (`engine.kind = "vllm"` or `"sglang"`).
+    remote: Option<RemoteEngine>,
+    /// Whether this process has synced the servers' weights at least once.
+    synced_once: bool,
 }
 
 /// Weights an engine samples with, and their version.
@@ -293,7 +303,10 @@ impl Trainer {
                 let (policy, reference, codec) = build_tiny(&config, seed, uses_reference)?;
                 (Device::Cpu, policy, reference, codec)
             }
-            ModelKind::Qwen3 => bail!("model.kind = \"qwen3\" is not built yet"),
+            ModelKind::Qwen3 => {
+                let (policy, reference, codec) = build_qwen3(&config, seed, uses_reference)?;
+                (policy.device().clone(), policy, reference, codec)
+            }
         };
         let engine_dtype = parse_dtype("engine.dtype", &config.engine.dtype)?;
         let engine_copy = if engine_dtype != DType::F32 || config.engine.async_rollouts {
@@ -304,6 +317,7 @@ impl Trainer {
         } else {
             None
         };
+        let remote = connect_remote(&config)?;
         let named = policy.trainable_vars();
         let vars: Vec<Var> = named.iter().map(|(_, v)| v.clone()).collect();
         let optimizer = AdamW::new(
@@ -355,6 +369,8 @@ impl Trainer {
             config,
             engine_copy,
             preflight: None,
+            remote,
+            synced_once: false,
         })
     }
 
@@ -466,9 +482,10 @@ impl Trainer {
     /// of them; with `engine.logprob_noise`, behind the injected noise.
     fn rollout_engine(&self) -> anyhow::Result<Box<dyn Engine + Send + '_>> {
         let kind = self.config.engine.logprobs;
-        let mut engine = match &self.engine_copy {
-            Some(copy) => copy.replica.engine(kind, copy.version)?,
-            None => {
+        let mut engine: Box<dyn Engine + Send + '_> = match (&self.remote, &self.engine_copy) {
+            (Some(remote), _) => Box::new(remote),
+            (None, Some(copy)) => copy.replica.engine(kind, copy.version)?,
+            (None, None) => {
                 let mut engine = self.policy.local_engine(kind);
                 engine.sync_weights(&WeightSync::Shared {
                     version: self.state.step as u64,
@@ -485,8 +502,61 @@ impl Trainer {
         Ok(engine)
     }
 
-    /// Brings the engine's copy of the weights (if it has one) to the trainer's.
+    /// Brings the engine's weights to the trainer's: its local copy (if it has one), or the
+    /// servers' (a LoRA adapter in PEFT layout, or a full safetensors folder, written under
+    /// the run's `weights/` and loaded by the servers; the newest folder is kept).
     fn sync_engine_copy(&mut self) -> anyhow::Result<()> {
+        let version = self.state.step as u64;
+        if let Some(remote) = &mut self.remote {
+            if remote.weight_version() == version && self.synced_once {
+                return Ok(());
+            }
+            let qwen3 = self
+                .policy
+                .as_any()
+                .downcast_ref::<Qwen3>()
+                .context("a remote engine serves Qwen3 only")?;
+            let weights = self.run.root.join("weights");
+            let dir = weights.join(format!("v{version:06}"));
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir)
+                    .with_context(|| format!("clearing {}", dir.display()))?;
+            }
+            let base = self.config.model.dir.clone().unwrap_or_default();
+            let sync = match self.config.engine.weight_sync.as_str() {
+                "lora" => {
+                    let lora = lora_config(&self.config.qwen3)
+                        .context("engine.weight_sync = \"lora\" needs qwen3.lora_rank > 0")?;
+                    qwen3.save_lora_peft(&dir, &lora, &base)?;
+                    WeightSync::LoraAdapter {
+                        dir: dir.clone(),
+                        name: "agentrl-policy".to_string(),
+                        version,
+                    }
+                }
+                "full" => {
+                    qwen3.save(&dir)?;
+                    WeightSync::FullWeights {
+                        dir: dir.clone(),
+                        version,
+                    }
+                }
+                other => bail!("engine.weight_sync = {other:?}: expected \"lora\" or \"full\""),
+            };
+            remote
+                .sync_weights(&sync)
+                .with_context(|| format!("syncing weight version {version} to the servers"))?;
+            self.synced_once = true;
+            // The servers have loaded this version: older folders are no longer read.
+            if let Ok(entries) = std::fs::read_dir(&weights) {
+                for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+                    if path != dir {
+                        let _ = std::fs::remove_dir_all(&path);
+                    }
+                }
+            }
+            return Ok(());
+        }
         if let Some(copy) = &mut self.engine_copy {
             if copy.version != self.state.step as u64 {
                 copy.replica.refresh(self.policy.as_ref())?;
@@ -913,6 +983,106 @@ fn build_tiny(
         None
     };
     Ok((Box::new(policy), reference, Box::new(codec)))
+}
+
+/// Qwen3 from `model.dir` (LoRA on every projection when `qwen3.lora_rank > 0`, else every
+/// weight trainable), its frozen reference (the folder's weights: a fresh LoRA is zero, so
+/// that is the initial policy) and its chat codec.
+#[allow(clippy::type_complexity)]
+fn build_qwen3(
+    config: &Config,
+    seed: u64,
+    with_reference: bool,
+) -> anyhow::Result<(
+    Box<dyn TrainPolicy>,
+    Option<Box<dyn TrainPolicy>>,
+    Box<dyn ChatCodec + Send>,
+)> {
+    let dir = config.model.dir.as_deref().context(
+        "model.kind = \"qwen3\" needs a model folder: set model.dir or pass --model DIR",
+    )?;
+    let dir = std::path::Path::new(dir);
+    let q = &config.qwen3;
+    let dtype = parse_dtype("qwen3.dtype", &q.dtype)?;
+    let device = Device::Cpu;
+    let lora = lora_config(q);
+    let options = |trainable: bool| LoadOptions {
+        dtype,
+        device: device.clone(),
+        trainable,
+    };
+    let mut policy = Qwen3::load(dir, &options(lora.is_none()))
+        .with_context(|| format!("loading the Qwen3 in model.dir = {}", dir.display()))?;
+    if let Some(lora) = &lora {
+        policy.add_lora(lora, seed)?;
+    }
+    let reference: Option<Box<dyn TrainPolicy>> = if with_reference {
+        Some(Box::new(Qwen3::load(dir, &options(false))?))
+    } else {
+        None
+    };
+    let codec = Qwen3Codec::from_dir(
+        dir,
+        Qwen3CodecOptions {
+            max_action_tokens: config.rollout.max_action_tokens,
+            max_observation_tokens: q.max_observation_tokens,
+            enable_thinking: q.enable_thinking,
+        },
+    )?;
+    Ok((Box::new(policy), reference, Box::new(codec)))
+}
+
+/// The LoRA adapter of `[qwen3]`, on every attention and MLP projection (`None` at rank 0).
+fn lora_config(q: &crate::config::Qwen3Settings) -> Option<LoraConfig> {
+    (q.lora_rank > 0).then(|| LoraConfig {
+        rank: q.lora_rank,
+        alpha: q.lora_alpha,
+        target_modules: [
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+        ]
+        .map(String::from)
+        .to_vec(),
+    })
+}
+
+/// The inference servers of `[engine]`, connected and checked (`None` for the local engine).
+fn connect_remote(config: &Config) -> anyhow::Result<Option<RemoteEngine>> {
+    let e = &config.engine;
+    let protocol = match e.kind {
+        EngineKind::Local => return Ok(None),
+        EngineKind::Vllm => Protocol::Vllm,
+        EngineKind::Sglang => Protocol::Sglang,
+    };
+    if config.model.kind != ModelKind::Qwen3 {
+        bail!(
+            "engine.kind = {:?} serves Qwen3: set model.kind = \"qwen3\"",
+            e.kind
+        );
+    }
+    let model = match (&e.served_model, &config.model.dir) {
+        (Some(name), _) => name.clone(),
+        (None, Some(dir)) => dir.clone(),
+        (None, None) => bail!("engine.served_model is unset and there is no model.dir"),
+    };
+    let remote_config: RemoteConfig = serde_json::from_value(serde_json::json!({
+        "protocol": protocol,
+        "endpoints": e.endpoints,
+        "model": model,
+        "logprob_kind": e.logprobs,
+        "max_in_flight": e.max_in_flight,
+        "request_timeout_s": e.timeout_s,
+        "retries": e.retries,
+    }))
+    .context("building the remote engine's config from [engine]")?;
+    let remote = RemoteEngine::connect(remote_config)
+        .with_context(|| format!("connecting to engine.endpoints = {:?}", e.endpoints))?;
+    Ok(Some(remote))
 }
 
 /// A weight dtype named in the config.
