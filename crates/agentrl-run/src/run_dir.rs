@@ -4,7 +4,9 @@
 //! ```text
 //! runs/<name>/
 //!   config.toml                      resolved config (every algorithm knob written out)
-//!   metrics.jsonl                    one JSON object per training step
+//!   metrics.jsonl                    one JSON object per training step (crate::metrics)
+//!   events.out.tfevents.<secs>.<host> the same scalars for TensorBoard, one file a session
+//!   dashboard.html, dashboard/*.png  the monitor's page and panel images (agentrl-monitor)
 //!   episodes/step_000010.jsonl       sampled episodes of every `train.episodes_every`-th step
 //!   checkpoints/step_000020/         model.safetensors, optimizer.safetensors, state.json
 //!   checkpoints/latest               name of the newest complete checkpoint
@@ -29,10 +31,13 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
+
+use crate::metrics::MetricLine;
+use crate::tensorboard::EventFile;
 
 /// Writes `bytes` to `path` atomically: a temporary file in the same directory
 /// (`tempfile`), fsync, rename over `path`, fsync of the directory. A reader sees the old
@@ -258,6 +263,8 @@ pub fn validate_run_name(name: &str) -> Result<(), String> {
 pub struct RunDir {
     pub root: PathBuf,
     lock: Option<Arc<RunLock>>,
+    /// This session's TensorBoard event file, created at the first [`RunDir::log_metrics`].
+    events: Arc<Mutex<Option<EventFile>>>,
 }
 
 impl RunDir {
@@ -294,6 +301,7 @@ impl RunDir {
         Ok(Self {
             root,
             lock: Some(Arc::new(lock)),
+            events: Arc::default(),
         })
     }
 
@@ -315,6 +323,7 @@ impl RunDir {
         Ok(Self {
             root: root.to_path_buf(),
             lock: None,
+            events: Arc::default(),
         })
     }
 
@@ -594,6 +603,41 @@ impl RunDir {
     pub fn append_metrics<T: Serialize>(&self, record: &T) -> anyhow::Result<()> {
         self.ensure_writer("appending to metrics.jsonl")?;
         append_line(&self.metrics_path(), record)
+    }
+
+    /// Writes one step's scalars to both sinks: a line of `metrics.jsonl` and scalar events
+    /// in this session's TensorBoard event file (`events.out.tfevents.*`, created at the
+    /// first call).
+    pub fn log_metrics(&self, line: &MetricLine) -> anyhow::Result<()> {
+        self.append_metrics(line)?;
+        let mut events = self
+            .events
+            .lock()
+            .map_err(|_| anyhow::anyhow!("the TensorBoard writer of {} panicked", self.root.display()))?;
+        if events.is_none() {
+            *events = Some(EventFile::create(&self.root)?);
+        }
+        match events.as_mut() {
+            Some(file) => file.append(line),
+            None => Ok(()),
+        }
+    }
+
+    /// The TensorBoard event files in the run directory, oldest first.
+    pub fn event_files(&self) -> Vec<PathBuf> {
+        let Ok(entries) = fs::read_dir(&self.root) else {
+            return Vec::new();
+        };
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("events.out.tfevents."))
+            })
+            .collect();
+        files.sort();
+        files
     }
 
     /// Drops metrics lines of steps after `step` (written by a run killed after its last

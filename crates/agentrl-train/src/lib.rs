@@ -16,6 +16,7 @@
 
 pub mod algo;
 pub mod config;
+pub mod metrics;
 pub mod optim;
 pub mod recipes;
 pub mod schedule;
