@@ -13,7 +13,8 @@
 //!   summary.json                     the untrained → trained evaluation, at the end
 //!   summary.step_000020.json         an earlier session's summary, kept when a resume rewrites it
 //!   config_changes.jsonl             every `--set` applied on `--resume`, with the old value
-//!   eval/step_000020-<time>.json     results of `agentrl eval --run` (never the training files)
+//!   eval/step_000020-<time>.json     results of `agentrl eval --run` (never the training files),
+//!   eval/step_000020-<time>.md       with its report (pass@k, pass^k, intervals, families)
 //!   .lock                            held (flock) by the one process writing the run
 //! ```
 //!
@@ -454,17 +455,45 @@ impl RunDir {
     /// Writes an evaluation's results as a new file under `eval/` (named by the checkpoint's
     /// step and the time); the only write a reader makes. Returns the file's path.
     pub fn write_eval(&self, step: usize, json: &[u8]) -> anyhow::Result<PathBuf> {
-        let dir = self.root.join("eval");
-        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let stem = format!("step_{step:06}-{}", timestamp_name());
-        let mut path = dir.join(format!("{stem}.json"));
-        let mut n = 1;
-        while path.exists() {
-            path = dir.join(format!("{stem}.{n}.json"));
-            n += 1;
-        }
+        let stem = self.new_eval_stem(step)?;
+        let path = stem.with_extension("json");
         write_atomic(&path, json)?;
         Ok(path)
+    }
+
+    /// Writes an evaluation report as two new files under `eval/` with one name: the JSON
+    /// and its Markdown rendering. Returns both paths (JSON first).
+    pub fn write_eval_report(
+        &self,
+        step: usize,
+        json: &[u8],
+        markdown: &str,
+    ) -> anyhow::Result<(PathBuf, PathBuf)> {
+        let stem = self.new_eval_stem(step)?;
+        let (json_path, md_path) = (stem.with_extension("json"), stem.with_extension("md"));
+        write_atomic(&json_path, json)?;
+        write_atomic(&md_path, markdown.as_bytes())?;
+        Ok((json_path, md_path))
+    }
+
+    /// `eval/step_N-<time>[.k]`, a name no file of `eval/` has yet (with any extension).
+    fn new_eval_stem(&self, step: usize) -> anyhow::Result<PathBuf> {
+        let dir = self.root.join("eval");
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let base = format!("step_{step:06}-{}", timestamp_name());
+        let taken = |stem: &str| {
+            ["json", "md"]
+                .iter()
+                .any(|ext| dir.join(format!("{stem}.{ext}")).exists())
+        };
+        let mut stem = base.clone();
+        let mut n = 1;
+        while taken(&stem) {
+            stem = format!("{base}.{n}");
+            n += 1;
+        }
+        // `with_extension` on `stem` must not eat a `.k` suffix: give it a placeholder one.
+        Ok(dir.join(format!("{stem}.eval")))
     }
 
     /// Writes one step's sampled episodes, one JSON object per line.

@@ -702,9 +702,12 @@ impl Trainer {
         })
     }
 
-    /// Writes a record under the run's metric names to `metrics.jsonl` and TensorBoard.
-    pub fn log(&self, record: &StepRecord) -> anyhow::Result<()> {
-        self.run.log_metrics(&metric_line(record))
+    /// Writes a record under the run's metric names to `metrics.jsonl` and TensorBoard;
+    /// returns the line written.
+    pub fn log(&self, record: &StepRecord) -> anyhow::Result<agentrl_run::MetricLine> {
+        let line = metric_line(record);
+        self.run.log_metrics(&line)?;
+        Ok(line)
     }
 
     /// Writes a checkpoint of the current step (model, optimizer, state), atomically.
