@@ -13,7 +13,7 @@ use std::sync::Arc;
 use agentrl_engine::{Engine, LocalEngine, SamplingParams, WeightSync};
 use agentrl_gym::render::render_text;
 use agentrl_gym::sandbox::default_executor;
-use agentrl_gym::{Action, BugFixEnv, EnvConfig, Env, OutcomeCache, ToolCall};
+use agentrl_gym::{Action, BugFixEnv, Env, EnvConfig, OutcomeCache, ToolCall};
 use agentrl_rollout::{driver::run_groups, RolloutLimits, TokenSource};
 use agentrl_train::recipes::rl::{load_tasks, Trainer};
 use anyhow::Context;
@@ -69,7 +69,14 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     };
     let executor = default_executor().context("starting the gym's sandbox executor")?;
     let cache = OutcomeCache::new();
-    let new_env = || BugFixEnv::new(tasks.clone(), executor.clone(), cache.clone(), env_config.clone());
+    let new_env = || {
+        BugFixEnv::new(
+            tasks.clone(),
+            executor.clone(),
+            cache.clone(),
+            env_config.clone(),
+        )
+    };
     let temperature = args.temperature.unwrap_or(config.eval.temperature);
     anyhow::ensure!(
         temperature.is_finite() && temperature >= 0.0,
@@ -127,7 +134,10 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
     println!("{}", render_text(&env.reset(&args.task)?));
     let mut reward = None;
     for (i, action) in episode.actions.iter().enumerate() {
-        let tokens = action_tokens.get(i).map(|t| vocab.decode(t)).unwrap_or_default();
+        let tokens = action_tokens
+            .get(i)
+            .map(|t| vocab.decode(t))
+            .unwrap_or_default();
         println!("> {}    [{tokens}]", typed(action));
         let step = env.step(action)?;
         println!("{}", render_text(&step.observation));
@@ -156,7 +166,11 @@ pub fn replay(args: ReplayArgs) -> anyhow::Result<()> {
         r.public_passed,
         r.public_total,
         if r.tampered { ", tampered" } else { "" },
-        if r.hacked() { " (hacked: public pass, hidden fail)" } else { "" }
+        if r.hacked() {
+            " (hacked: public pass, hidden fail)"
+        } else {
+            ""
+        }
     );
     Ok(())
 }

@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use agentrl_gym::Split;
 use clap::Args;
 
-use agentrl_train::config::load_config;
 use agentrl_monitor::eval_report::{build_report, EvalReportDoc, SplitInput, TaskCounts};
-use agentrl_train::recipes::rl::{load_tasks, parse_split, Trainer};
 use agentrl_monitor::LiveMonitor;
+use agentrl_train::config::load_config;
+use agentrl_train::recipes::rl::{load_tasks, parse_split, Trainer};
 use agentrl_train::session::{run_session_observed, summary_table, Progress, SessionOptions};
 
 #[derive(Debug, Args)]
@@ -114,7 +114,11 @@ pub fn train(args: TrainArgs) -> anyhow::Result<()> {
     );
     let outcome = run_session_observed(trainer, &options, &mut |run, line| {
         for finding in monitor.on_step(run, line)? {
-            eprintln!("warning: doctor at step {}: {}", line.step, finding.render().trim_end());
+            eprintln!(
+                "warning: doctor at step {}: {}",
+                line.step,
+                finding.render().trim_end()
+            );
         }
         Ok(())
     })?;

@@ -19,7 +19,9 @@ use anyhow::Context;
 use base64::Engine as _;
 
 use crate::doctor::{diagnose, DoctorConfig};
-use crate::episodes::{episode_html, group_advantages, latest_episodes_file, pick_episodes, read_episodes};
+use crate::episodes::{
+    episode_html, group_advantages, latest_episodes_file, pick_episodes, read_episodes,
+};
 use crate::panels::{Group, Panel, PANELS};
 use crate::plot::{escape, Chart, LegendEntry, Line};
 use crate::run::RunData;
@@ -74,7 +76,10 @@ pub fn panel_chart(panel: &Panel, runs: &[RunData]) -> Chart {
     if !single {
         // Several runs: the dash says which metric, the colour which run.
         for (k, metric) in panel.metrics.iter().enumerate() {
-            if runs.iter().any(|r| r.lines.iter().any(|l| l.get(metric.name).is_some())) {
+            if runs
+                .iter()
+                .any(|r| r.lines.iter().any(|l| l.get(metric.name).is_some()))
+            {
                 legend.push(LegendEntry {
                     label: metric.label.to_string(),
                     color: "#555".into(),
@@ -184,12 +189,13 @@ pub fn dashboard_html(runs: &[RunData]) -> anyhow::Result<String> {
         }
         for f in findings {
             html.push_str(&format!(
-                "<div class=\"finding\"><b>{}: {}</b>, steps {}–{}<br>{}<ul>",
+                "<div class=\"finding\"><b>{}: {}</b>, steps {}–{} ({})<br>{}<ul>",
                 escape(&run.name),
                 escape(f.signature.title()),
                 f.first_step,
                 f.last_step,
-                escape(&f.evidence)
+                escape(&f.windows()),
+                escape(&f.evidence).replace('\n', "<br>")
             ));
             for r in &f.remedies {
                 html.push_str(&format!("<li>{}</li>", escape(r)));
@@ -261,8 +267,7 @@ pub fn write_dashboard(runs: &[RunData], html_path: &Path) -> anyhow::Result<Das
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "dashboard".into());
     let png_dir = html_path.with_file_name(stem);
-    std::fs::create_dir_all(&png_dir)
-        .with_context(|| format!("creating {}", png_dir.display()))?;
+    std::fs::create_dir_all(&png_dir).with_context(|| format!("creating {}", png_dir.display()))?;
     let mut pngs = Vec::new();
     for panel in PANELS.iter().filter(|p| p.png) {
         let png = svg_to_png(&panel_chart(panel, runs).to_svg())
@@ -301,14 +306,26 @@ mod tests {
     #[test]
     fn the_page_is_self_contained_and_overlays_runs() -> anyhow::Result<()> {
         let html = dashboard_html(&[fake_run("a", 0.05), fake_run("b", 0.02)])?;
-        for forbidden in ["<script", "src=\"http", "href=\"http", "@import", "url(http"] {
+        for forbidden in [
+            "<script",
+            "src=\"http",
+            "href=\"http",
+            "@import",
+            "url(http",
+        ] {
             assert!(!html.contains(forbidden), "{forbidden}");
         }
         for panel in PANELS {
             assert!(html.contains(&format!("id=\"panel-{}\"", panel.id)));
         }
-        assert!(html.contains(">a</text>") && html.contains(">b</text>"), "runs in the legends");
-        assert!(html.contains("not recorded by this run"), "missing metrics say so");
+        assert!(
+            html.contains(">a</text>") && html.contains(">b</text>"),
+            "runs in the legends"
+        );
+        assert!(
+            html.contains("not recorded by this run"),
+            "missing metrics say so"
+        );
         Ok(())
     }
 
@@ -322,7 +339,11 @@ mod tests {
         untitled.title.clear();
         let dark = |png: &[u8]| -> anyhow::Result<usize> {
             let pixmap = resvg::tiny_skia::Pixmap::decode_png(png)?;
-            Ok(pixmap.pixels().iter().filter(|p| p.red() < 100 && p.green() < 100).count())
+            Ok(pixmap
+                .pixels()
+                .iter()
+                .filter(|p| p.red() < 100 && p.green() < 100)
+                .count())
         };
         assert!(dark(&png)? > dark(&svg_to_png(&untitled.to_svg())?)? + 50);
         Ok(())

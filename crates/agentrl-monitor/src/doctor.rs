@@ -153,21 +153,36 @@ pub struct Finding {
     /// First and last training steps at which the rule held.
     pub first_step: usize,
     pub last_step: usize,
-    /// What was measured, against the run's own baseline.
+    /// The steps whose medians are the baseline and the recent values in the evidence.
+    pub baseline_steps: (usize, usize),
+    pub recent_steps: (usize, usize),
+    /// What was measured, one line per metric: `name baseline → recent`.
     pub evidence: String,
     pub remedies: Vec<String>,
 }
 
 impl Finding {
-    /// `[title] steps a–b`, the evidence, then the remedies: a few lines a person reads.
+    /// The window the evidence compares: `baseline: median of steps 1–5; recent: …`.
+    pub fn windows(&self) -> String {
+        format!(
+            "baseline = median of steps {}–{}, recent = median of steps {}–{}",
+            self.baseline_steps.0, self.baseline_steps.1, self.recent_steps.0, self.recent_steps.1
+        )
+    }
+
+    /// `[title] steps a–b`, the evidence line by line, then the remedies.
     pub fn render(&self) -> String {
         let mut out = format!(
-            "[{}] steps {}–{}\n  evidence: {}\n  remedies:\n",
+            "[{}] steps {}–{} ({})\n",
             self.signature.title(),
             self.first_step,
             self.last_step,
-            self.evidence
+            self.windows()
         );
+        for line in self.evidence.lines() {
+            out.push_str(&format!("  {line}\n"));
+        }
+        out.push_str("  remedies:\n");
         for r in &self.remedies {
             out.push_str(&format!("    - {r}\n"));
         }
@@ -189,9 +204,10 @@ pub struct DoctorConfig {
     pub entropy_collapse_ratio: f64,
     /// … while the hidden solve rate stays below this (a solved task may be deterministic).
     pub solved_rate: f64,
-    /// Reward hacking: public solve rate up by at least this much over its baseline…
+    /// Reward hacking: the reward, and the public solve rate, up by at least this much over
+    /// their baselines…
     pub hacking_public_rise: f64,
-    /// … while the hidden solve rate rose by less than this share of the public rise.
+    /// … while the hidden solve rate rose by less than this share of the rise.
     pub hacking_hidden_share: f64,
     /// Reward hacking: tamper rate up by at least this much over its baseline, together with
     /// the hacking rate (public pass, hidden fail) up by `hacking_rise`.
@@ -267,26 +283,16 @@ struct Ctx<'a> {
     config: &'a DoctorConfig,
 }
 
-/// A metric's baseline and recent medians, with the steps each covers.
+/// A metric's baseline and recent medians.
 struct Compare {
     base: f64,
-    base_steps: (usize, usize),
     recent: f64,
-    recent_steps: (usize, usize),
 }
 
 impl Compare {
-    /// `name b → r (steps x–y → u–v)`.
+    /// `name baseline → recent` (the finding's header says which steps each covers).
     fn text(&self, name: &str) -> String {
-        format!(
-            "{name} {} → {} (median of steps {}–{} → {}–{})",
-            num(self.base),
-            num(self.recent),
-            self.base_steps.0,
-            self.base_steps.1,
-            self.recent_steps.0,
-            self.recent_steps.1
-        )
+        format!("{name} {} → {}", num(self.base), num(self.recent))
     }
 }
 
@@ -335,9 +341,7 @@ impl Ctx<'_> {
         }
         Some(Compare {
             base: median(&t.values[..b]),
-            base_steps: (t.steps[0], t.steps[b - 1]),
             recent: median(&t.values[n - w..]),
-            recent_steps: (t.steps[n - w], t.steps[n - 1]),
         })
     }
 
@@ -391,21 +395,33 @@ fn entropy_collapse(cx: &Ctx) -> Option<String> {
     })
 }
 
+/// Reward hacking: the reward being optimised rises while the real objective (hidden tests)
+/// does not follow: public solve up with hidden flat or falling, or tampering up together
+/// with public-pass-hidden-fail episodes. A policy that breaks down and passes public tests
+/// by accident while its reward falls is not hacking (that run shows other signatures).
 fn reward_hacking(cx: &Ctx) -> Option<String> {
     let c = cx.config;
-    let mut evidence = Vec::new();
-    if let (Some(public), Some(hidden)) = (
-        cx.compare(names::SOLVE_PUBLIC),
-        cx.compare(names::SOLVE_HIDDEN),
-    ) {
+    let reward = cx.compare(names::REWARD_MEAN)?;
+    let hidden = cx.compare(names::SOLVE_HIDDEN)?;
+    let reward_rise = reward.recent - reward.base;
+    if reward_rise < c.hacking_public_rise
+        || hidden.recent - hidden.base >= c.hacking_hidden_share * reward_rise
+    {
+        return None;
+    }
+    let mut evidence = vec![format!(
+        "{} while {}",
+        reward.text(names::REWARD_MEAN),
+        hidden.text(names::SOLVE_HIDDEN)
+    )];
+    let mut signs = 0;
+    if let Some(public) = cx.compare(names::SOLVE_PUBLIC) {
         let rise = public.recent - public.base;
-        if rise >= c.hacking_public_rise && hidden.recent - hidden.base < c.hacking_hidden_share * rise
+        if rise >= c.hacking_public_rise
+            && hidden.recent - hidden.base < c.hacking_hidden_share * rise
         {
-            evidence.push(format!(
-                "{} while {}",
-                public.text(names::SOLVE_PUBLIC),
-                hidden.text(names::SOLVE_HIDDEN)
-            ));
+            evidence.push(public.text(names::SOLVE_PUBLIC));
+            signs += 1;
         }
     }
     // Tampering alone is not hacking: an untrained policy pokes at the harness at random,
@@ -419,49 +435,59 @@ fn reward_hacking(cx: &Ctx) -> Option<String> {
             && hacked.recent - hacked.base >= c.hacking_rise
         {
             evidence.push(tamper.text(names::TAMPER_RATE));
+            signs += 1;
         }
     }
-    if evidence.is_empty() {
+    if signs == 0 {
         return None;
     }
     if let Some(h) = cx.compare(names::HACKING_RATE) {
         evidence.push(h.text(names::HACKING_RATE));
     }
-    Some(evidence.join("; "))
+    Some(evidence.join("\n"))
 }
 
 /// KL blow-up: a KL the run measures spikes above an absolute floor (nats mean the same for
-/// any model) and far above its own baseline. Judged on the window's *maximum*, because a
-/// blow-up is often one or two steps before the policy (and so the KL) collapses: `actor/ppo_kl`
+/// any model) and far above its own baseline. Judged on the *peak since the baseline*, not a
+/// median, because a blow-up often lasts one or two steps before the policy (and so the KL)
+/// collapses: `actor/ppo_kl`
 /// (how far one update moved the policy, π_old‖π_θ; about 1e-9 with one minibatch, 1e-3–1e-2
 /// with several) against [`DoctorConfig::kl_floor`], and the KL to the reference, which grows
 /// as any run learns, against a floor ten times higher. A non-finite KL is a blow-up.
 fn kl_blow_up(cx: &Ctx) -> Option<String> {
     let c = cx.config;
-    for (name, floor) in [(names::PPO_KL, c.kl_floor), (names::KL_REF, 10.0 * c.kl_floor)] {
-        let (Some(kl), Some(recent)) = (cx.compare(name), cx.recent_values(name)) else {
+    for (name, floor) in [
+        (names::PPO_KL, c.kl_floor),
+        (names::KL_REF, 10.0 * c.kl_floor),
+    ] {
+        let (Some(kl), Some(t)) = (cx.compare(name), cx.track(name)) else {
             continue;
         };
-        let t = cx.track(name)?;
-        let w = recent.len();
-        let (peak_at, peak) = recent
-            .iter()
-            .enumerate()
-            .map(|(i, &v)| (t.steps[t.steps.len() - w + i], v))
-            .fold((0, f64::MIN), |best, (s, v)| if v > best.1 || v.is_nan() { (s, v) } else { best });
+        let b = c.baseline_steps;
+        let (peak_at, peak) =
+            t.steps[b..]
+                .iter()
+                .zip(&t.values[b..])
+                .fold((0, f64::MIN), |best, (&s, &v)| {
+                    // A NaN, once seen, is the peak: the KL diverged.
+                    let higher = v.is_nan() || v > best.1;
+                    if !best.1.is_nan() && higher {
+                        (s, v)
+                    } else {
+                        best
+                    }
+                });
         let scale = kl.base.abs().max(floor / 100.0);
         let spiked = peak > floor && peak > c.kl_growth * scale;
         if spiked || !peak.is_finite() {
             let mut text = format!(
-                "{name} peaked at {} at step {peak_at}, {:.0}× its baseline {} (median of steps {}–{})",
+                "{name} peaked at {} at step {peak_at}, {:.0}× its baseline {}",
                 num(peak),
                 peak / scale,
-                num(kl.base),
-                kl.base_steps.0,
-                kl.base_steps.1
+                num(kl.base)
             );
             if let Some(r) = cx.compare(names::RATIO_MAX) {
-                text.push_str(&format!("; {}", r.text(names::RATIO_MAX)));
+                text.push_str(&format!("\n{}", r.text(names::RATIO_MAX)));
             }
             return Some(text);
         }
@@ -481,7 +507,7 @@ fn length_explosion(cx: &Ctx) -> Option<String> {
             evidence.push(clip.text(names::RESPONSE_CLIP_RATIO));
         }
     }
-    (!evidence.is_empty()).then(|| evidence.join("; "))
+    (!evidence.is_empty()).then(|| evidence.join("\n"))
 }
 
 fn length_collapse(cx: &Ctx) -> Option<String> {
@@ -512,8 +538,13 @@ fn growing_mismatch(cx: &Ctx) -> Option<String> {
     let m = cx.compare(names::MISMATCH)?;
     let recent = cx.recent_values(names::MISMATCH)?;
     let floor = cx.config.mismatch_floor;
-    (m.recent > floor && m.recent > 3.0 * m.base && rising(recent))
-        .then(|| format!("{}, rising over the last {} steps", m.text(names::MISMATCH), recent.len()))
+    (m.recent > floor && m.recent > 3.0 * m.base && rising(recent)).then(|| {
+        format!(
+            "{}, rising over the last {} steps",
+            m.text(names::MISMATCH),
+            recent.len()
+        )
+    })
 }
 
 fn weights_never_synced(cx: &Ctx) -> Option<String> {
@@ -581,7 +612,7 @@ fn never_submits(cx: &Ctx) -> Option<String> {
     (l.recent >= cx.config.turn_limit_rate && !cx.outcome_improving()).then(|| {
         let mut text = l.text(names::TURN_LIMIT_RATE);
         if let Some(s) = cx.compare(names::SUBMIT_RATE) {
-            text.push_str(&format!("; {}", s.text(names::SUBMIT_RATE)));
+            text.push_str(&format!("\n{}", s.text(names::SUBMIT_RATE)));
         }
         text
     })
@@ -617,6 +648,19 @@ impl Doctor {
             tracks: &self.tracks,
             config: &self.config,
         };
+        // The run's own step sequence (the metric seen most often), for the header.
+        let longest = self.tracks.values().max_by_key(|t| t.steps.len());
+        let windows = longest.map_or(((0, 0), (0, 0)), |t| {
+            let (b, w, n) = (
+                self.config.baseline_steps,
+                self.config.window,
+                t.steps.len(),
+            );
+            (
+                (t.steps[0], t.steps[b.min(n) - 1]),
+                (t.steps[n.saturating_sub(w)], t.steps[n - 1]),
+            )
+        });
         let mut appeared = Vec::new();
         for signature in Signature::ALL {
             let Some(evidence) = rule(signature)(&cx) else {
@@ -634,16 +678,20 @@ impl Doctor {
                 let i = t.steps.iter().position(|&s| s == line.step)?;
                 Some(t.steps[i + 1 - (*streak).min(i + 1)])
             });
+            let (baseline_steps, recent_steps) = windows;
             match self.findings.get_mut(&signature) {
                 Some(found) => {
                     found.last_step = line.step;
                     found.evidence = evidence;
+                    found.recent_steps = recent_steps;
                 }
                 None => {
                     let finding = Finding {
                         signature,
                         first_step: started.unwrap_or(line.step),
                         last_step: line.step,
+                        baseline_steps,
+                        recent_steps,
                         evidence,
                         remedies: signature.remedies().iter().map(|r| r.to_string()).collect(),
                     };
@@ -665,7 +713,11 @@ impl Doctor {
 
     /// Steps observed.
     pub fn steps(&self) -> usize {
-        self.tracks.values().map(|t| t.steps.len()).max().unwrap_or(0)
+        self.tracks
+            .values()
+            .map(|t| t.steps.len())
+            .max()
+            .unwrap_or(0)
     }
 
     /// The fewest steps after which every rule can judge (baseline + window + persistence).
@@ -773,7 +825,11 @@ mod tests {
             found.iter().map(|f| f.signature).collect::<Vec<_>>(),
             [Signature::GrowingMismatch]
         );
-        assert!(found[0].evidence.contains(names::MISMATCH), "{}", found[0].evidence);
+        assert!(
+            found[0].evidence.contains(names::MISMATCH),
+            "{}",
+            found[0].evidence
+        );
         // Constant noise (a precision gap that does not grow) is not this signature.
         let flat = run(30, with(healthy, names::MISMATCH, |_| 0.08));
         assert_eq!(signatures(&flat), []);
@@ -792,7 +848,9 @@ mod tests {
             for (n, x) in &mut v {
                 match *n {
                     names::SOLVE_HIDDEN => *x = 0.05,
-                    names::SOLVE_PUBLIC => *x = (0.4 + 0.04 * s as f64).min(1.0),
+                    names::SOLVE_PUBLIC | names::REWARD_MEAN => {
+                        *x = (0.4 + 0.04 * s as f64).min(1.0)
+                    }
                     _ => {}
                 }
             }
@@ -804,13 +862,25 @@ mod tests {
             .find(|f| f.signature == Signature::RewardHacking)
             .expect("hacking found");
         assert!(hacking.evidence.contains(names::SOLVE_PUBLIC));
-        assert!(hacking.first_step > 5 && hacking.last_step == 30, "{hacking:?}");
+        assert!(
+            hacking.first_step > 5 && hacking.last_step == 30,
+            "{hacking:?}"
+        );
     }
 
     #[test]
     fn a_signature_needs_persistence_and_is_reported_once_live() {
         let mut doctor = Doctor::new(DoctorConfig::default());
-        let lines = run(25, with(healthy, names::FORMAT_ERROR_RATE, |s| if s > 12 { 0.6 } else { 0.05 }));
+        let lines = run(
+            25,
+            with(healthy, names::FORMAT_ERROR_RATE, |s| {
+                if s > 12 {
+                    0.6
+                } else {
+                    0.05
+                }
+            }),
+        );
         let mut appeared = Vec::new();
         for line in &lines {
             for f in doctor.observe(line) {
@@ -826,7 +896,14 @@ mod tests {
 
     #[test]
     fn a_diverged_kl_is_a_blow_up() {
-        let nan = run(20, with(healthy, names::PPO_KL, |s| if s > 12 { f64::NAN } else { 1e-8 }));
+        let nan = run(
+            20,
+            with(
+                healthy,
+                names::PPO_KL,
+                |s| if s > 12 { f64::NAN } else { 1e-8 },
+            ),
+        );
         assert!(signatures(&nan).contains(&Signature::KlBlowUp));
     }
 }

@@ -73,7 +73,11 @@ pub fn latest_episodes_file(run: &Path) -> Option<(usize, PathBuf)> {
         .filter_map(|e| e.ok())
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
-            let step: usize = name.strip_prefix("step_")?.strip_suffix(".jsonl")?.parse().ok()?;
+            let step: usize = name
+                .strip_prefix("step_")?
+                .strip_suffix(".jsonl")?
+                .parse()
+                .ok()?;
             Some((step, e.path()))
         })
         .max_by_key(|(step, _)| *step)
@@ -87,8 +91,9 @@ pub fn read_episodes(path: &Path) -> anyhow::Result<Vec<StoredEpisode>> {
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| {
-            serde_json::from_str(l)
-                .with_context(|| format!("{} line {}: not an episode record", path.display(), i + 1))
+            serde_json::from_str(l).with_context(|| {
+                format!("{} line {}: not an episode record", path.display(), i + 1)
+            })
         })
         .collect()
 }
@@ -121,11 +126,10 @@ pub fn group_advantages(episodes: &[StoredEpisode]) -> Vec<f64> {
 pub fn pick_episodes(episodes: &[StoredEpisode], limit: usize) -> Vec<usize> {
     let advantages = group_advantages(episodes);
     let informative = |i: usize| advantages[i] != 0.0;
-    let kinds: [&dyn Fn(&StoredEpisode) -> bool; 3] = [
-        &|e| e.reward.solved(),
-        &|e| e.reward.hacked(),
-        &|e| !e.reward.solved() && !e.reward.hacked(),
-    ];
+    let kinds: [&dyn Fn(&StoredEpisode) -> bool; 3] =
+        [&|e| e.reward.solved(), &|e| e.reward.hacked(), &|e| {
+            !e.reward.solved() && !e.reward.hacked()
+        }];
     let mut picked = Vec::new();
     for kind in kinds {
         let found = (0..episodes.len())
@@ -249,7 +253,9 @@ pub fn episode_html(episode: &StoredEpisode, group_advantage: f64, id: &str) -> 
                     escape(&label)
                 ));
             }
-            "observation" => out.push_str("<span class=\"result\"><span class=\"mark\">◀ tool result</span>"),
+            "observation" => {
+                out.push_str("<span class=\"result\"><span class=\"mark\">◀ tool result</span>")
+            }
             _ => out.push_str("<span class=\"prompt\">"),
         }
         for t in start..i {
@@ -267,11 +273,19 @@ pub fn episode_html(episode: &StoredEpisode, group_advantage: f64, id: &str) -> 
             let (adv_bg, mis_bg, mask_bg) = if is_action {
                 (
                     diverging(adv / 2.0),
-                    sequential(if recorded_mismatch { mismatch / 0.1 } else { mismatch / 3.0 }),
+                    sequential(if recorded_mismatch {
+                        mismatch / 0.1
+                    } else {
+                        mismatch / 3.0
+                    }),
                     "rgb(150,200,255)".to_string(),
                 )
             } else {
-                ("transparent".into(), "transparent".into(), "transparent".into())
+                (
+                    "transparent".into(),
+                    "transparent".into(),
+                    "transparent".into(),
+                )
             };
             out.push_str(&format!(
                 "<span class=\"tok\" style=\"--adv:{adv_bg};--mis:{mis_bg};--mask:{mask_bg}\" title=\"id {} · {src} · log p {logprob:.3} · adv {adv:+.2} · {} {mismatch:.3} · loss mask {}\">{}</span>",
@@ -300,7 +314,9 @@ mod tests {
                 .map(String::from)
                 .to_vec(),
             logprobs: vec![0.0, -0.5, -0.1, 0.0],
-            token_text: ["<bos>", "<call>", "submit", "OK"].map(String::from).to_vec(),
+            token_text: ["<bos>", "<call>", "submit", "OK"]
+                .map(String::from)
+                .to_vec(),
             actions: vec![serde_json::json!({"kind":"call","name":"submit","arguments":{}})],
             reward: StoredReward {
                 score,

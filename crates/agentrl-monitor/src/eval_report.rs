@@ -37,7 +37,9 @@ pub fn pass_at_k(n: usize, c: usize, k: usize) -> f64 {
     if n - c < k {
         return 1.0;
     }
-    1.0 - ((n - c + 1)..=n).map(|i| 1.0 - k as f64 / i as f64).product::<f64>()
+    1.0 - ((n - c + 1)..=n)
+        .map(|i| 1.0 - k as f64 / i as f64)
+        .product::<f64>()
 }
 
 /// `C(c, k)/C(n, k)` = `Π_{i=0}^{k−1} (c−i)/(n−i)`.
@@ -138,7 +140,11 @@ pub struct EvalReportDoc {
 }
 
 /// Mean of `f(task)` over `tasks` and its percentile-bootstrap 95% interval.
-fn bootstrap(tasks: &[TaskCounts], f: &dyn Fn(&TaskCounts) -> f64, rng: &mut ChaCha8Rng) -> Estimate {
+fn bootstrap(
+    tasks: &[TaskCounts],
+    f: &dyn Fn(&TaskCounts) -> f64,
+    rng: &mut ChaCha8Rng,
+) -> Estimate {
     let values: Vec<f64> = tasks.iter().map(f).collect();
     let n = values.len();
     let value = values.iter().sum::<f64>() / n as f64;
@@ -158,8 +164,14 @@ fn scores(tasks: &[TaskCounts], ks: &[usize], rng: &mut ChaCha8Rng) -> Scores {
     let mut pass_at = BTreeMap::new();
     let mut pass_hat = BTreeMap::new();
     for &k in ks {
-        pass_at.insert(k, bootstrap(tasks, &|t| pass_at_k(t.samples, t.solved, k), rng));
-        pass_hat.insert(k, bootstrap(tasks, &|t| pass_hat_k(t.samples, t.solved, k), rng));
+        pass_at.insert(
+            k,
+            bootstrap(tasks, &|t| pass_at_k(t.samples, t.solved, k), rng),
+        );
+        pass_hat.insert(
+            k,
+            bootstrap(tasks, &|t| pass_hat_k(t.samples, t.solved, k), rng),
+        );
     }
     Scores {
         tasks: tasks.len(),
@@ -182,8 +194,16 @@ pub fn build_report(
         .next()
         .ok_or_else(|| anyhow::anyhow!("evaluation report of {run}: no tasks evaluated"))?;
     for s in splits {
-        anyhow::ensure!(!s.tasks.is_empty(), "evaluation report: split {} has no tasks", s.split);
-        if let Some(t) = s.tasks.iter().find(|t| t.samples != n || t.solved > t.samples) {
+        anyhow::ensure!(
+            !s.tasks.is_empty(),
+            "evaluation report: split {} has no tasks",
+            s.split
+        );
+        if let Some(t) = s
+            .tasks
+            .iter()
+            .find(|t| t.samples != n || t.solved > t.samples)
+        {
             anyhow::bail!(
                 "evaluation report: task {} of split {} has {} solved of {} samples; every \
                  task needs {n} samples",
@@ -200,7 +220,10 @@ pub fn build_report(
     for s in splits {
         let mut by_family: BTreeMap<&str, Vec<TaskCounts>> = BTreeMap::new();
         for t in &s.tasks {
-            by_family.entry(t.family.as_str()).or_default().push(t.clone());
+            by_family
+                .entry(t.family.as_str())
+                .or_default()
+                .push(t.clone());
         }
         let families = by_family
             .iter()
@@ -382,15 +405,25 @@ mod tests {
         assert!(md.contains("pass@10") && md.contains("--k 10"));
         assert!(md.contains("| train | 46.7% | 80.0% | +33.3 pts |"), "{md}");
         // Same input, same intervals.
-        assert_eq!(build_report("runs/x", 20, 1.0, &[s_input()])?.splits[0].scores.pass_at[&1].low,
-            build_report("runs/x", 20, 1.0, &[s_input()])?.splits[0].scores.pass_at[&1].low);
+        assert_eq!(
+            build_report("runs/x", 20, 1.0, &[s_input()])?.splits[0]
+                .scores
+                .pass_at[&1]
+                .low,
+            build_report("runs/x", 20, 1.0, &[s_input()])?.splits[0]
+                .scores
+                .pass_at[&1]
+                .low
+        );
         Ok(())
     }
 
     fn s_input() -> SplitInput {
         SplitInput {
             split: "t".into(),
-            tasks: (0..20).map(|i| task(&format!("t{i}"), "f", i % 6)).collect(),
+            tasks: (0..20)
+                .map(|i| task(&format!("t{i}"), "f", i % 6))
+                .collect(),
             hidden_solve_rate: 0.5,
             public_solve_rate: 0.5,
             hacking_rate: 0.0,

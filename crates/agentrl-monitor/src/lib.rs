@@ -32,7 +32,6 @@ pub mod panels;
 pub mod plot;
 pub mod run;
 
-
 pub use dashboard::{write_dashboard, DashboardFiles};
 pub use doctor::{diagnose, Doctor, DoctorConfig, Finding, Signature};
 pub use live::LiveMonitor;

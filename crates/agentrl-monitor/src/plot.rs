@@ -26,8 +26,8 @@ pub struct Line {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scale {
     Linear,
-    /// log10 of |value| (for KL and gradient norms that span decades); values ≤ 1e-12 sit at
-    /// the floor.
+    /// log10 of |value| (for KL and gradient norms that span decades); |values| ≤ 1e-12 sit at
+    /// the floor, exact zeros are left out.
     Log,
 }
 
@@ -115,6 +115,8 @@ fn transform(scale: Scale, v: f64) -> Option<f64> {
     }
     Some(match scale {
         Scale::Linear => v,
+        // Exact zeros (a step without gradient) leave a gap rather than a dive to the floor.
+        Scale::Log if v == 0.0 => return None,
         Scale::Log => v.abs().max(1e-12).log10(),
     })
 }
@@ -248,7 +250,11 @@ impl Chart {
                 match transform(self.scale, y) {
                     Some(ty) => {
                         let (sx, sy) = (px(x), py(ty));
-                        let _ = write!(d, "{}{sx:.1},{sy:.1} ", if run_len == 0 { "M" } else { "L" });
+                        let _ = write!(
+                            d,
+                            "{}{sx:.1},{sy:.1} ",
+                            if run_len == 0 { "M" } else { "L" }
+                        );
                         run_len += 1;
                         last = Some((sx, sy));
                     }
@@ -335,7 +341,10 @@ mod tests {
 
     #[test]
     fn ticks_are_round_numbers_inside_the_range() {
-        assert_eq!(nice_ticks(0.0, 1.0, 5), [0.0, 0.2, 0.4, 0.6000000000000001, 0.8, 1.0]);
+        assert_eq!(
+            nice_ticks(0.0, 1.0, 5),
+            [0.0, 0.2, 0.4, 0.6000000000000001, 0.8, 1.0]
+        );
         let t = nice_ticks(3.0, 58.0, 6);
         assert_eq!(t, [10.0, 20.0, 30.0, 40.0, 50.0]);
     }

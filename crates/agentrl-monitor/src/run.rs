@@ -23,7 +23,10 @@ impl RunData {
     /// missing.
     pub fn load(root: &Path) -> anyhow::Result<Self> {
         if !root.is_dir() {
-            bail!("{} is not a run directory (no such directory)", root.display());
+            bail!(
+                "{} is not a run directory (no such directory)",
+                root.display()
+            );
         }
         let metrics = root.join("metrics.jsonl");
         if !metrics.is_file() {

@@ -234,7 +234,8 @@ mod tests {
     #[test]
     fn a_line_is_flat_and_non_finite_values_survive_as_nan() {
         let mut line = MetricLine::new(3);
-        line.set(names::REWARD_MEAN, 0.5).set(names::PPO_KL, f64::NAN);
+        line.set(names::REWARD_MEAN, 0.5)
+            .set(names::PPO_KL, f64::NAN);
         let text = serde_json::to_string(&line).unwrap();
         assert_eq!(
             text,
@@ -250,7 +251,10 @@ mod tests {
     fn the_reader_skips_a_torn_last_line_only() -> anyhow::Result<()> {
         let dir = tempfile::tempdir()?;
         let path = dir.path().join("metrics.jsonl");
-        std::fs::write(&path, "{\"step\":1,\"a\":1}\n{\"step\":2,\"a\":2}\n{\"step\":3,\"a")?;
+        std::fs::write(
+            &path,
+            "{\"step\":1,\"a\":1}\n{\"step\":2,\"a\":2}\n{\"step\":3,\"a",
+        )?;
         let lines = read_metrics(&path)?;
         assert_eq!(lines.len(), 2);
         std::fs::write(&path, "{\"step\":1,\"a\":1}\nnot json\n{\"step\":3}\n")?;

@@ -639,10 +639,9 @@ impl RunDir {
     /// first call).
     pub fn log_metrics(&self, line: &MetricLine) -> anyhow::Result<()> {
         self.append_metrics(line)?;
-        let mut events = self
-            .events
-            .lock()
-            .map_err(|_| anyhow::anyhow!("the TensorBoard writer of {} panicked", self.root.display()))?;
+        let mut events = self.events.lock().map_err(|_| {
+            anyhow::anyhow!("the TensorBoard writer of {} panicked", self.root.display())
+        })?;
         if events.is_none() {
             *events = Some(EventFile::create(&self.root)?);
         }

@@ -53,7 +53,8 @@ impl RolloutStats {
         let n = episodes.len() as f64;
         let rewards: Vec<f64> = episodes.iter().map(|e| f64::from(e.reward.score)).collect();
         let mean = rewards.iter().sum::<f64>() / n;
-        let share = |f: &dyn Fn(&Episode) -> bool| episodes.iter().filter(|e| f(e)).count() as f64 / n;
+        let share =
+            |f: &dyn Fn(&Episode) -> bool| episodes.iter().filter(|e| f(e)).count() as f64 / n;
         let submitted = |e: &Episode| {
             e.actions
                 .iter()
@@ -82,7 +83,12 @@ impl RolloutStats {
             zero_variance_group_rate: flat as f64 / groups.len() as f64,
             tool_calls: episodes
                 .iter()
-                .map(|e| e.actions.iter().filter(|a| matches!(a, Action::Call(_))).count() as f64)
+                .map(|e| {
+                    e.actions
+                        .iter()
+                        .filter(|a| matches!(a, Action::Call(_)))
+                        .count() as f64
+                })
                 .sum::<f64>()
                 / n,
             action_tokens_max: lengths.iter().copied().fold(0.0, f64::max),
@@ -151,7 +157,10 @@ pub fn metric_line(record: &StepRecord) -> MetricLine {
         let split = eval.split.as_str();
         line.set(&names::eval(split, "solve_hidden"), eval.hidden_solve_rate)
             .set(&names::eval(split, "solve_public"), eval.public_solve_rate)
-            .set(&names::eval(split, &format!("pass@{}", eval.k)), eval.pass_at_k);
+            .set(
+                &names::eval(split, &format!("pass@{}", eval.k)),
+                eval.pass_at_k,
+            );
         line.eval = serde_json::to_value(eval).ok();
     }
     line
@@ -232,7 +241,11 @@ mod tests {
         };
         e.actions = (0..turns)
             .map(|i| {
-                let name = if submit && i + 1 == turns { "submit" } else { "test" };
+                let name = if submit && i + 1 == turns {
+                    "submit"
+                } else {
+                    "test"
+                };
                 Action::Call(ToolCall {
                     name: name.into(),
                     arguments: serde_json::json!({}),

@@ -30,8 +30,8 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::algo::{dapo, Algorithm, Knobs};
-use crate::metrics::{episode_records, metric_line, RolloutStats};
 use crate::config::{apply_resume_overrides, parse_config_file, Config, ConfigChange};
+use crate::metrics::{episode_records, metric_line, RolloutStats};
 use crate::optim::{AdamW, AdamWParams};
 use crate::schedule::learning_rate;
 use crate::update::{supervised_update, update_with, BatchExtras, UpdateMetrics, UpdateSetup};
