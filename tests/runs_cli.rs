@@ -143,8 +143,14 @@ fn a_live_run_refuses_a_second_writer_and_eval_reads_it_without_writing() {
         after.len() >= before.len() && after[..before.len()] == before[..],
         "eval rewrote metrics.jsonl"
     );
-    let saved: Vec<_> = std::fs::read_dir(run_dir.join("eval")).unwrap().collect();
-    assert_eq!(saved.len(), 1);
+    // One evaluation: its JSON and its Markdown report, under one name.
+    let mut saved: Vec<std::path::PathBuf> = std::fs::read_dir(run_dir.join("eval"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    saved.sort();
+    assert_eq!(saved.len(), 2, "{saved:?}");
+    assert_eq!(saved[0].with_extension(""), saved[1].with_extension(""));
 
     first.kill().unwrap();
     first.wait().unwrap();

@@ -9,6 +9,9 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod chat;
+mod dashboard;
+mod doctor;
+mod replay;
 mod score;
 mod serve;
 mod train;
@@ -40,6 +43,12 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Serve a Qwen3 model folder over vLLM's and SGLang's HTTP routes.
     Serve(serve::ServeArgs),
+    /// Write a run's dashboard: one self-contained HTML page (runs overlaid) and PNG panels.
+    Dashboard(dashboard::DashboardArgs),
+    /// Name the failure signatures in a run's metrics (exit 0 healthy, 1 findings).
+    Doctor(doctor::DoctorArgs),
+    /// Play a run's policy on one task and print the transcript.
+    Replay(replay::ReplayArgs),
 }
 
 /// Set by the first Ctrl-C once [`catch_interrupts`] ran.
@@ -98,6 +107,9 @@ pub fn main() -> ExitCode {
         Command::Score(args) => score::score(args),
         Command::Bench(args) => bench::bench(args),
         Command::Serve(args) => serve::serve(args),
+        Command::Dashboard(args) => dashboard::dashboard(args),
+        Command::Doctor(args) => doctor::doctor(args),
+        Command::Replay(args) => replay::replay(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

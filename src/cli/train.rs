@@ -7,9 +7,11 @@ use agentrl_gym::Split;
 use anyhow::Context;
 use clap::Args;
 
+use agentrl_monitor::eval_report::{build_report, EvalReportDoc, SplitInput, TaskCounts};
+use agentrl_monitor::LiveMonitor;
 use agentrl_train::config::load_config;
-use agentrl_train::recipes::rl::{parse_split, Trainer};
-use agentrl_train::session::{run_session, summary_table, Progress, SessionOptions};
+use agentrl_train::recipes::rl::{load_tasks, parse_split, Trainer};
+use agentrl_train::session::{run_session_observed, summary_table, Progress, SessionOptions};
 
 #[derive(Debug, Args)]
 pub struct TrainArgs {
@@ -121,7 +123,30 @@ pub fn train(mut args: TrainArgs) -> anyhow::Result<()> {
         summary_evals: !args.no_summary,
         stop: Some(super::catch_interrupts()),
     };
-    let outcome = run_session(trainer, &options)?;
+    // The live monitor: the doctor warns as a signature appears (train.doctor), and the
+    // dashboard is rewritten every train.dashboard_every steps.
+    let mut monitor = LiveMonitor::new(
+        trainer.config.train.doctor,
+        trainer.config.train.dashboard_every,
+    );
+    let outcome = run_session_observed(trainer, &options, &mut |run, line| {
+        for finding in monitor.on_step(run, line)? {
+            eprintln!(
+                "warning: doctor at step {}: {}",
+                line.step,
+                finding.render().trim_end()
+            );
+        }
+        Ok(())
+    })?;
+    // The dashboard of the whole run; a run that cannot take it still reports its outcome.
+    let dashboard = match monitor.write(std::path::Path::new(&outcome.run_dir)) {
+        Ok(path) => Some(path),
+        Err(err) => {
+            eprintln!("warning: dashboard not written: {err:#}");
+            None
+        }
+    };
     if outcome.interrupted && outcome.session_steps == 0 {
         eprintln!(
             "interrupted before the first step; nothing new to save\ncontinue with: agentrl \
@@ -148,6 +173,13 @@ pub fn train(mut args: TrainArgs) -> anyhow::Result<()> {
     } else {
         print!("{}", summary_table(&outcome));
     }
+    if let Some(path) = dashboard {
+        if args.json {
+            eprintln!("dashboard: {}", path.display());
+        } else {
+            println!("dashboard: {}", path.display());
+        }
+    }
     Ok(())
 }
 
@@ -161,6 +193,42 @@ struct EvalOutput<'a> {
     temperature: f64,
     absent_splits: Vec<String>,
     reports: &'a [agentrl_rollout::EvalReport],
+    /// pass@k and pass^k for k in {1, 5, 10} with bootstrap intervals, per family (also
+    /// written as Markdown beside the JSON).
+    report: &'a EvalReportDoc,
+}
+
+/// The per-task counts of the evaluated splits, with each task's family.
+fn report_inputs(
+    trainer: &Trainer,
+    reports: &[agentrl_rollout::EvalReport],
+) -> anyhow::Result<Vec<SplitInput>> {
+    let tasks = load_tasks(&trainer.config)?;
+    reports
+        .iter()
+        .map(|r| {
+            let tasks = r
+                .per_task
+                .iter()
+                .map(|(id, rate)| {
+                    Ok(TaskCounts {
+                        task: id.clone(),
+                        family: tasks.get(id)?.family.clone(),
+                        samples: r.samples,
+                        solved: (rate * r.samples as f64).round() as usize,
+                    })
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            Ok(SplitInput {
+                split: r.split.clone(),
+                tasks,
+                hidden_solve_rate: r.hidden_solve_rate,
+                public_solve_rate: r.public_solve_rate,
+                hacking_rate: r.hacking_rate,
+                format_error_rate: r.format_error_rate,
+            })
+        })
+        .collect()
 }
 
 pub fn eval(args: EvalArgs) -> anyhow::Result<()> {
@@ -190,6 +258,12 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<()> {
     for split in splits {
         reports.push(trainer.evaluate(split, samples, k, temperature, u64::MAX - 3)?);
     }
+    let report = build_report(
+        &args.run.display().to_string(),
+        trainer.state.step,
+        temperature,
+        &report_inputs(&trainer, &reports)?,
+    )?;
     let output = EvalOutput {
         run_dir: args.run.display().to_string(),
         step: trainer.state.step,
@@ -198,12 +272,20 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<()> {
         temperature,
         absent_splits: absent,
         reports: &reports,
+        report: &report,
     };
     let json = serde_json::to_string_pretty(&output)?;
-    // The results also go to a new file under RUN/eval/; a run folder that cannot take it
+    // The results also go to new files under RUN/eval/; a run folder that cannot take them
     // (read-only media) still gets its evaluation printed.
-    match trainer.run.write_eval(trainer.state.step, json.as_bytes()) {
-        Ok(path) => eprintln!("results saved to {}", path.display()),
+    match trainer
+        .run
+        .write_eval_report(trainer.state.step, json.as_bytes(), &report.to_markdown())
+    {
+        Ok((json_path, md_path)) => eprintln!(
+            "results saved to {} and {}",
+            json_path.display(),
+            md_path.display()
+        ),
         Err(err) => eprintln!("warning: results not saved: {err:#}"),
     }
     if args.json {

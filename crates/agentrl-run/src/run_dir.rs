@@ -4,14 +4,17 @@
 //! ```text
 //! runs/<name>/
 //!   config.toml                      resolved config (every algorithm knob written out)
-//!   metrics.jsonl                    one JSON object per training step
+//!   metrics.jsonl                    one JSON object per training step (crate::metrics)
+//!   events.out.tfevents.<secs>.<host> the same scalars for TensorBoard, one file a session
+//!   dashboard.html, dashboard/*.png  the monitor's page and panel images (agentrl-monitor)
 //!   episodes/step_000010.jsonl       sampled episodes of every `train.episodes_every`-th step
 //!   checkpoints/step_000020/         model.safetensors, optimizer.safetensors, state.json
 //!   checkpoints/latest               name of the newest complete checkpoint
 //!   summary.json                     the untrained → trained evaluation, at the end
 //!   summary.step_000020.json         an earlier session's summary, kept when a resume rewrites it
 //!   config_changes.jsonl             every `--set` applied on `--resume`, with the old value
-//!   eval/step_000020-<time>.json     results of `agentrl eval --run` (never the training files)
+//!   eval/step_000020-<time>.json     results of `agentrl eval --run` (never the training files),
+//!   eval/step_000020-<time>.md       with its report (pass@k, pass^k, intervals, families)
 //!   .lock                            held (flock) by the one process writing the run
 //! ```
 //!
@@ -29,10 +32,13 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
+
+use crate::metrics::MetricLine;
+use crate::tensorboard::EventFile;
 
 /// Writes `bytes` to `path` atomically: a temporary file in the same directory
 /// (`tempfile`), fsync, rename over `path`, fsync of the directory. A reader sees the old
@@ -258,6 +264,8 @@ pub fn validate_run_name(name: &str) -> Result<(), String> {
 pub struct RunDir {
     pub root: PathBuf,
     lock: Option<Arc<RunLock>>,
+    /// This session's TensorBoard event file, created at the first [`RunDir::log_metrics`].
+    events: Arc<Mutex<Option<EventFile>>>,
 }
 
 impl RunDir {
@@ -294,6 +302,7 @@ impl RunDir {
         Ok(Self {
             root,
             lock: Some(Arc::new(lock)),
+            events: Arc::default(),
         })
     }
 
@@ -315,6 +324,7 @@ impl RunDir {
         Ok(Self {
             root: root.to_path_buf(),
             lock: None,
+            events: Arc::default(),
         })
     }
 
@@ -445,17 +455,45 @@ impl RunDir {
     /// Writes an evaluation's results as a new file under `eval/` (named by the checkpoint's
     /// step and the time); the only write a reader makes. Returns the file's path.
     pub fn write_eval(&self, step: usize, json: &[u8]) -> anyhow::Result<PathBuf> {
-        let dir = self.root.join("eval");
-        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let stem = format!("step_{step:06}-{}", timestamp_name());
-        let mut path = dir.join(format!("{stem}.json"));
-        let mut n = 1;
-        while path.exists() {
-            path = dir.join(format!("{stem}.{n}.json"));
-            n += 1;
-        }
+        let stem = self.new_eval_stem(step)?;
+        let path = stem.with_extension("json");
         write_atomic(&path, json)?;
         Ok(path)
+    }
+
+    /// Writes an evaluation report as two new files under `eval/` with one name: the JSON
+    /// and its Markdown rendering. Returns both paths (JSON first).
+    pub fn write_eval_report(
+        &self,
+        step: usize,
+        json: &[u8],
+        markdown: &str,
+    ) -> anyhow::Result<(PathBuf, PathBuf)> {
+        let stem = self.new_eval_stem(step)?;
+        let (json_path, md_path) = (stem.with_extension("json"), stem.with_extension("md"));
+        write_atomic(&json_path, json)?;
+        write_atomic(&md_path, markdown.as_bytes())?;
+        Ok((json_path, md_path))
+    }
+
+    /// `eval/step_N-<time>[.k]`, a name no file of `eval/` has yet (with any extension).
+    fn new_eval_stem(&self, step: usize) -> anyhow::Result<PathBuf> {
+        let dir = self.root.join("eval");
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let base = format!("step_{step:06}-{}", timestamp_name());
+        let taken = |stem: &str| {
+            ["json", "md"]
+                .iter()
+                .any(|ext| dir.join(format!("{stem}.{ext}")).exists())
+        };
+        let mut stem = base.clone();
+        let mut n = 1;
+        while taken(&stem) {
+            stem = format!("{base}.{n}");
+            n += 1;
+        }
+        // `with_extension` on `stem` must not eat a `.k` suffix: give it a placeholder one.
+        Ok(dir.join(format!("{stem}.eval")))
     }
 
     /// Writes one step's sampled episodes, one JSON object per line.
@@ -594,6 +632,40 @@ impl RunDir {
     pub fn append_metrics<T: Serialize>(&self, record: &T) -> anyhow::Result<()> {
         self.ensure_writer("appending to metrics.jsonl")?;
         append_line(&self.metrics_path(), record)
+    }
+
+    /// Writes one step's scalars to both sinks: a line of `metrics.jsonl` and scalar events
+    /// in this session's TensorBoard event file (`events.out.tfevents.*`, created at the
+    /// first call).
+    pub fn log_metrics(&self, line: &MetricLine) -> anyhow::Result<()> {
+        self.append_metrics(line)?;
+        let mut events = self.events.lock().map_err(|_| {
+            anyhow::anyhow!("the TensorBoard writer of {} panicked", self.root.display())
+        })?;
+        if events.is_none() {
+            *events = Some(EventFile::create(&self.root)?);
+        }
+        match events.as_mut() {
+            Some(file) => file.append(line),
+            None => Ok(()),
+        }
+    }
+
+    /// The TensorBoard event files in the run directory, oldest first.
+    pub fn event_files(&self) -> Vec<PathBuf> {
+        let Ok(entries) = fs::read_dir(&self.root) else {
+            return Vec::new();
+        };
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("events.out.tfevents."))
+            })
+            .collect();
+        files.sort();
+        files
     }
 
     /// Drops metrics lines of steps after `step` (written by a run killed after its last

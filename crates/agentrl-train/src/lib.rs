@@ -16,6 +16,7 @@
 
 pub mod algo;
 pub mod config;
+pub mod metrics;
 pub mod optim;
 pub mod policy_stack;
 pub mod preflight;

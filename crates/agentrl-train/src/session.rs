@@ -11,6 +11,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use agentrl_rollout::EvalReport;
+use agentrl_run::MetricLine;
 
 use crate::recipes::rl::{StepRecord, Trainer};
 
@@ -154,11 +155,21 @@ fn duration(seconds: f64) -> String {
     }
 }
 
+/// What a session calls after each step's metrics are written: the run directory and the
+/// step's line (the live doctor and dashboard of `agentrl train`).
+pub type StepObserver<'a> = &'a mut dyn FnMut(&std::path::Path, &MetricLine) -> anyhow::Result<()>;
+
 /// Trains until `train.steps` (or the stop threshold, or [`SessionOptions::stop`]),
 /// checkpointing as configured.
-pub fn run_session(
+pub fn run_session(trainer: Trainer, options: &SessionOptions) -> anyhow::Result<SessionOutcome> {
+    run_session_observed(trainer, options, &mut |_, _| Ok(()))
+}
+
+/// [`run_session`], calling `observer` after each step's metrics line is written.
+pub fn run_session_observed(
     mut trainer: Trainer,
     options: &SessionOptions,
+    observer: StepObserver<'_>,
 ) -> anyhow::Result<SessionOutcome> {
     let started = Instant::now();
     let first_step = trainer.state.step;
@@ -206,7 +217,8 @@ pub fn run_session(
             }
             record.eval = Some(report);
         }
-        trainer.log(&record)?;
+        let line = trainer.log(&record)?;
+        observer(&trainer.run.root, &line)?;
         let stop_now = options.stop.is_some_and(|s| s.load(Ordering::SeqCst));
         let every = trainer.config.train.checkpoint_every;
         let checkpointed = crate::every(step, every) || step == total;

@@ -81,6 +81,9 @@ pub struct UpdateMetrics {
     pub clipfrac: f64,
     pub clipfrac_upper: f64,
     pub clipfrac_lower: f64,
+    /// Share of tokens where the dual-clip bound was active (verl `pg_clipfrac_lower`).
+    #[serde(default)]
+    pub dual_clipfrac: f64,
     pub ratio_mean: f64,
     pub ratio_max: f64,
     /// Global gradient norm before clipping (mean over optimizer steps).
@@ -485,6 +488,7 @@ pub fn update_with(
             sums.clipfrac += d.clipfrac as f64;
             sums.clipfrac_upper += d.clipfrac_upper as f64;
             sums.clipfrac_lower += d.clipfrac_lower as f64;
+            sums.dual_clipfrac += d.dual_clipfrac as f64;
             sums.ratio_mean += d.ratio_mean as f64;
             sums.ratio_max = sums.ratio_max.max(d.ratio_max as f64);
             sums.grad_norm += norm;
@@ -504,6 +508,7 @@ pub fn update_with(
     metrics.clipfrac = sums.clipfrac / n;
     metrics.clipfrac_upper = sums.clipfrac_upper / n;
     metrics.clipfrac_lower = sums.clipfrac_lower / n;
+    metrics.dual_clipfrac = sums.dual_clipfrac / n;
     metrics.ratio_mean = sums.ratio_mean / n;
     metrics.ratio_max = sums.ratio_max;
     metrics.grad_norm = sums.grad_norm / n;
@@ -568,6 +573,7 @@ struct Sums {
     clipfrac: f64,
     clipfrac_upper: f64,
     clipfrac_lower: f64,
+    dual_clipfrac: f64,
     ratio_mean: f64,
     ratio_max: f64,
     grad_norm: f64,

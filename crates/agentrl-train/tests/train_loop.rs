@@ -97,7 +97,7 @@ fn metrics_without_timings(run: &Path) -> anyhow::Result<Vec<serde_json::Value>>
         .map(|line| {
             let mut v: serde_json::Value = serde_json::from_str(line)?;
             if let Some(obj) = v.as_object_mut() {
-                obj.retain(|k, _| !k.starts_with("time_"));
+                obj.retain(|k, _| !agentrl_run::metrics::is_wall_clock(k));
             }
             Ok(v)
         })

@@ -173,6 +173,8 @@ pub const RESUMABLE_KEYS: &[&str] = &[
     "train.keep_checkpoints",
     "train.episodes_every",
     "train.stop_at_solve_rate",
+    "train.doctor",
+    "train.dashboard_every",
     "eval.samples",
     "eval.temperature",
 ];

@@ -243,6 +243,11 @@ pub struct TrainConfig {
     /// Learning rate of the format warm-up steps (constant; `optim.lr` and its schedule take
     /// over for RL).
     pub format_warmup_lr: f64,
+    /// Run the doctor live: warn as a failure signature appears (`agentrl doctor RUN` reads
+    /// the same rules afterwards).
+    pub doctor: bool,
+    /// Rewrite `RUN/dashboard.html` every N steps while training (0 = only at the end).
+    pub dashboard_every: usize,
 }
 
 /// Evaluation: samples per task for pass@k, and the decoding temperature.

@@ -44,6 +44,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::algo::{dapo, gdpo, Algorithm, Knobs};
 use crate::config::{apply_resume_overrides, parse_config_file, Config, ConfigChange};
+use crate::metrics::{episode_records, metric_line, RolloutStats};
 use crate::optim::{AdamW, AdamWParams};
 use crate::schedule::learning_rate;
 use crate::update::{supervised_update, update_with, BatchExtras, UpdateMetrics, UpdateSetup};
@@ -72,7 +73,8 @@ pub fn stream(seed: u64, step: u64, purpose: u64) -> ChaCha8Rng {
     ChaCha8Rng::seed_from_u64(mix(mix(mix(seed) ^ step) ^ purpose))
 }
 
-/// One line of `metrics.jsonl`.
+/// What one training step measured; [`crate::metrics::metric_line`] names it for
+/// `metrics.jsonl` and TensorBoard.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StepRecord {
     /// Steps completed after this one (1-based).
@@ -93,6 +95,9 @@ pub struct StepRecord {
     /// Groups dropped by dynamic sampling (DAPO), over all sampling rounds.
     pub groups_dropped: usize,
     pub kl_coef: f64,
+    /// Reward spread, tampering, submits, lengths, staleness (`crate::metrics`).
+    #[serde(flatten)]
+    pub rollout: RolloutStats,
     #[serde(flatten)]
     pub update: UpdateMetrics,
     pub time_rollout_s: f64,
@@ -735,7 +740,8 @@ impl Trainer {
 
         let every = self.config.train.episodes_every;
         if crate::every(self.state.step, every) {
-            self.run.write_episodes(self.state.step, &all)?;
+            self.run
+                .write_episodes(self.state.step, &episode_records(&all, self.codec.as_ref()))?;
         }
         let n = all.len().max(1) as f64;
         let mean = |f: &dyn Fn(&Episode) -> f64| all.iter().map(f).sum::<f64>() / n;
@@ -760,6 +766,7 @@ impl Trainer {
             truncated_rate: mean(&|e| f64::from(u8::from(e.truncated))),
             groups_dropped,
             kl_coef: self.kl.value(),
+            rollout: RolloutStats::of(&all, step as u64, self.config.rollout.max_turns),
             update: update_metrics,
             time_rollout_s,
             time_update_s,
@@ -881,9 +888,12 @@ impl Trainer {
         })
     }
 
-    /// Appends a record to `metrics.jsonl`.
-    pub fn log(&self, record: &StepRecord) -> anyhow::Result<()> {
-        self.run.append_metrics(record)
+    /// Writes a record under the run's metric names to `metrics.jsonl` and TensorBoard;
+    /// returns the line written.
+    pub fn log(&self, record: &StepRecord) -> anyhow::Result<agentrl_run::MetricLine> {
+        let line = metric_line(record);
+        self.run.log_metrics(&line)?;
+        Ok(line)
     }
 
     /// Writes a checkpoint of the current step (model, optimizer, state), atomically.

@@ -1,0 +1,909 @@
+//! The doctor: names the failure signatures of an RL run from its metrics, with the evidence
+//! (step range, values against the run's own early baseline) and the usual remedies.
+//!
+//! Where it sits: after the run directory. Offline, `agentrl doctor RUN` feeds every line of
+//! `metrics.jsonl` to [`diagnose`]; live (`train.doctor = true`), the training session feeds
+//! each step's line to [`Doctor::observe`] and warns as a signature appears.
+//!
+//! How a rule judges (shared/MONITOR.md, after rewardspy and Flight Recorder): never against
+//! a fixed number alone. The **baseline** of a metric is the median of its first
+//! [`DoctorConfig::baseline_steps`] values; the **recent** value is the median of the last
+//! [`DoctorConfig::window`] values (a median, so one noisy step moves neither); a rule holds
+//! at a step when the recent value departs from the baseline by a ratio or a margin; a
+//! signature is reported once its rule has held for [`DoctorConfig::persistence`] consecutive
+//! steps. The few absolute floors are in units that mean the same for any model (nats of KL,
+//! shares of tokens or episodes), so one rule serves TinyAgent and Qwen3. Rates that every
+//! healthy run moves a lot (entropy falls, length grows as the agent learns to read before it
+//! edits) are judged together with the outcome: a fall of entropy while the hidden solve rate
+//! climbs is learning, not collapse.
+//!
+//! Silence on a healthy run is tested as hard as firing on a broken one
+//! (`tests/doctor_runs.rs`: real runs made to fail on purpose, and healthy ones).
+
+use std::collections::BTreeMap;
+
+use agentrl_run::metrics::{names, MetricLine};
+use serde::{Deserialize, Serialize};
+
+/// A failure signature the doctor knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Signature {
+    EntropyCollapse,
+    RewardHacking,
+    KlBlowUp,
+    LengthExplosion,
+    LengthCollapse,
+    ClipFractionSpike,
+    GrowingMismatch,
+    WeightsNeverSynced,
+    ZeroVarianceGroups,
+    FormatCollapse,
+    RewardPlateau,
+    NeverSubmits,
+}
+
+impl Signature {
+    pub const ALL: [Signature; 12] = [
+        Signature::RewardHacking,
+        Signature::EntropyCollapse,
+        Signature::KlBlowUp,
+        Signature::ClipFractionSpike,
+        Signature::GrowingMismatch,
+        Signature::WeightsNeverSynced,
+        Signature::LengthExplosion,
+        Signature::LengthCollapse,
+        Signature::FormatCollapse,
+        Signature::NeverSubmits,
+        Signature::ZeroVarianceGroups,
+        Signature::RewardPlateau,
+    ];
+
+    /// The name a report prints.
+    pub fn title(self) -> &'static str {
+        match self {
+            Signature::EntropyCollapse => "entropy collapse",
+            Signature::RewardHacking => "reward hacking",
+            Signature::KlBlowUp => "KL blow-up",
+            Signature::LengthExplosion => "length explosion",
+            Signature::LengthCollapse => "length collapse",
+            Signature::ClipFractionSpike => "clip-fraction spike",
+            Signature::GrowingMismatch => "growing engine/trainer mismatch",
+            Signature::WeightsNeverSynced => "weights never synced",
+            Signature::ZeroVarianceGroups => "zero-variance groups starve the gradient",
+            Signature::FormatCollapse => "format collapse",
+            Signature::RewardPlateau => "reward plateau",
+            Signature::NeverSubmits => "never submits (turn limit every time)",
+        }
+    }
+
+    /// The usual remedies, most common first (config keys where agentrl has one).
+    pub fn remedies(self) -> &'static [&'static str] {
+        match self {
+            Signature::EntropyCollapse => &[
+                "add or raise the entropy bonus (algorithm.entropy_coef, e.g. 0.01)",
+                "lower the learning rate (optim.lr)",
+                "clip higher on the upside (algorithm.eps_high, DAPO's 0.28) or use clip_cov / kl_cov",
+                "sample hotter or larger groups (sampling.temperature, rollout.group_size)",
+            ],
+            Signature::RewardHacking => &[
+                "reward the hidden tests only (reward.kind = \"hidden\"): the verifier runs them on a pristine harness",
+                "read the flagged episodes (dashboard episode view, agentrl replay RUN --task ID) to see the exploit",
+                "make the exploit impossible or penalised in the environment (test files read-only, tamper flag as reward 0)",
+                "add a KL penalty to slow the drift toward the exploit (algorithm.kl_coef)",
+            ],
+            Signature::KlBlowUp => &[
+                "lower the learning rate (optim.lr) or clip gradients harder (optim.grad_clip)",
+                "add a KL penalty or an adaptive target (algorithm.kl_coef, algorithm.kl_target)",
+                "fewer epochs or more minibatches per update (algorithm.epochs, algorithm.minibatches)",
+                "tighter PPO clipping (algorithm.eps_low / eps_high) or a dual clip (algorithm.dual_clip_c)",
+            ],
+            Signature::LengthExplosion => &[
+                "shape overlong episodes (DAPO's overlong buffer: algorithm.overlong_cache)",
+                "use a length-unbiased aggregation (algorithm.agg = \"seq-mean-token-sum-norm\", Dr. GRPO)",
+                "check that truncated episodes are not rewarded, and the stop tokens end actions",
+            ],
+            Signature::LengthCollapse => &[
+                "check the reward for a bias toward short episodes (format penalty per action, length shaping)",
+                "token-level aggregation rewards long correct answers less than sequence-mean: try algorithm.agg = \"token-mean\"",
+                "read short episodes: an early submit that the reward accepts is a hack",
+            ],
+            Signature::ClipFractionSpike => &[
+                "lower the learning rate (optim.lr) or clip gradients harder (optim.grad_clip)",
+                "fewer epochs over the same batch (algorithm.epochs)",
+                "check for stale or mismatched rollouts (rollout_corr/* panels)",
+            ],
+            Signature::GrowingMismatch => &[
+                "check that the engine and trainer score the same distribution (temperature, top-p/top-k, logprob kind)",
+                "correct for it: truncated importance sampling (TIS) or masking of mismatched tokens",
+                "compare precisions (bf16 engine vs f32 trainer) and kernels",
+            ],
+            Signature::WeightsNeverSynced => &[
+                "check that the engine receives each update (weight version, sync_weights / load_lora_adapter)",
+                "bound staleness in an asynchronous setup, and correct off-policy samples (TIS)",
+            ],
+            Signature::ZeroVarianceGroups => &[
+                "drop uninformative groups and resample (algorithm.dynamic_sampling = true, DAPO)",
+                "adjust task difficulty, or use larger groups (rollout.group_size) so some episodes differ",
+                "a denser reward (reward.kind = \"fraction\") separates episodes that fail differently",
+            ],
+            Signature::FormatCollapse => &[
+                "add a format penalty (reward.format_penalty) or constrain actions (model.action_vocab = \"grammar\")",
+                "warm up on well-formed calls first (train.format_warmup_steps)",
+                "lower the learning rate: format errors rising mid-run is a policy drifting off its prior",
+            ],
+            Signature::RewardPlateau => &[
+                "raise the learning rate or the group size if the policy barely moves (actor/ppo_kl, actor/grad_norm)",
+                "check that tasks are learnable: pass@k of the untrained policy above 0 (agentrl eval)",
+                "look for zero-variance groups and entropy collapse, which stall learning",
+            ],
+            Signature::NeverSubmits => &[
+                "check that submit is reachable and parsed (agentrl replay RUN --task ID)",
+                "reward a submitted fix above a turn-limit submit, or give fewer turns (rollout.max_turns)",
+                "a format penalty per wasted action nudges toward submitting (reward.format_penalty)",
+            ],
+        }
+    }
+}
+
+/// One signature found, with its evidence.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    pub signature: Signature,
+    /// First and last training steps at which the rule held.
+    pub first_step: usize,
+    pub last_step: usize,
+    /// The steps whose medians are the baseline and the recent values in the evidence.
+    pub baseline_steps: (usize, usize),
+    pub recent_steps: (usize, usize),
+    /// What was measured, one line per metric: `name baseline → recent`.
+    pub evidence: String,
+    pub remedies: Vec<String>,
+}
+
+impl Finding {
+    /// The window the evidence compares: `baseline: median of steps 1–5; recent: …`.
+    pub fn windows(&self) -> String {
+        format!(
+            "baseline = median of steps {}–{}, recent = median of steps {}–{}",
+            self.baseline_steps.0, self.baseline_steps.1, self.recent_steps.0, self.recent_steps.1
+        )
+    }
+
+    /// `[title] steps a–b`, the evidence line by line, then the remedies.
+    pub fn render(&self) -> String {
+        let mut out = format!(
+            "[{}] steps {}–{} ({})\n",
+            self.signature.title(),
+            self.first_step,
+            self.last_step,
+            self.windows()
+        );
+        for line in self.evidence.lines() {
+            out.push_str(&format!("  {line}\n"));
+        }
+        out.push_str("  remedies:\n");
+        for r in &self.remedies {
+            out.push_str(&format!("    - {r}\n"));
+        }
+        out
+    }
+}
+
+/// The doctor's thresholds. Defaults were tuned on the runs of `tests/doctor_runs.rs`
+/// (seed 0) and checked on other seeds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DoctorConfig {
+    /// Steps whose median is a metric's baseline.
+    pub baseline_steps: usize,
+    /// Steps whose median is a metric's recent value.
+    pub window: usize,
+    /// Consecutive steps a rule must hold before it is reported.
+    pub persistence: usize,
+    /// Entropy collapse: recent entropy below this share of the baseline…
+    pub entropy_collapse_ratio: f64,
+    /// … while the hidden solve rate stays below this (a solved task may be deterministic).
+    pub solved_rate: f64,
+    /// Reward hacking: the reward, and the public solve rate, up by at least this much over
+    /// their baselines…
+    pub hacking_public_rise: f64,
+    /// … while the hidden solve rate rose by less than this share of the rise.
+    pub hacking_hidden_share: f64,
+    /// Reward hacking: tamper rate up by at least this much over its baseline, together with
+    /// the hacking rate (public pass, hidden fail) up by `hacking_rise`.
+    pub tamper_rise: f64,
+    pub hacking_rise: f64,
+    /// KL blow-up: the recent peak of `actor/ppo_kl` above this many nats (the KL to the
+    /// reference: ten times this)…
+    pub kl_floor: f64,
+    /// … and above this multiple of its baseline (also the clip-fraction spike's multiple).
+    pub kl_growth: f64,
+    /// Length explosion: recent length above this multiple of the baseline, or…
+    pub length_growth: f64,
+    /// … truncated share up by this much over its baseline.
+    pub truncation_rise: f64,
+    /// Length collapse: recent length below this share of the baseline (outcome not rising).
+    pub length_shrink: f64,
+    /// Clip-fraction spike: recent clip fraction above this share of tokens and above
+    /// `kl_growth` × baseline.
+    pub clipfrac_floor: f64,
+    /// Mismatch: recent |Δ log p| per token above this many nats, growing over the window.
+    pub mismatch_floor: f64,
+    /// Zero-variance groups: share of groups with equal rewards above this (outcome below
+    /// `solved_rate`).
+    pub zero_variance_rate: f64,
+    /// Format collapse: format-error rate up by this much over its baseline.
+    pub format_error_rise: f64,
+    /// Reward plateau: steps after the baseline before a plateau can be judged.
+    pub plateau_steps: usize,
+    /// Reward plateau: the best recent reward must beat the baseline by this much.
+    pub plateau_gain: f64,
+    /// Never submits: share of episodes at the turn limit without a submit above this.
+    pub turn_limit_rate: f64,
+}
+
+impl Default for DoctorConfig {
+    fn default() -> Self {
+        Self {
+            baseline_steps: 5,
+            window: 5,
+            persistence: 3,
+            entropy_collapse_ratio: 0.25,
+            solved_rate: 0.9,
+            hacking_public_rise: 0.15,
+            hacking_hidden_share: 0.5,
+            tamper_rise: 0.15,
+            hacking_rise: 0.1,
+            kl_floor: 0.1,
+            kl_growth: 10.0,
+            length_growth: 2.0,
+            truncation_rise: 0.3,
+            length_shrink: 0.5,
+            clipfrac_floor: 0.1,
+            mismatch_floor: 0.05,
+            zero_variance_rate: 0.9,
+            format_error_rise: 0.2,
+            plateau_steps: 20,
+            plateau_gain: 0.05,
+            turn_limit_rate: 0.9,
+        }
+    }
+}
+
+/// Values of one metric seen so far, in step order.
+#[derive(Debug, Default, Clone)]
+struct Track {
+    steps: Vec<usize>,
+    values: Vec<f64>,
+}
+
+/// What a rule sees: every metric's track, and the thresholds.
+struct Ctx<'a> {
+    tracks: &'a BTreeMap<String, Track>,
+    config: &'a DoctorConfig,
+}
+
+/// A metric's baseline and recent medians.
+struct Compare {
+    base: f64,
+    recent: f64,
+}
+
+impl Compare {
+    /// `name baseline → recent` (the finding's header says which steps each covers).
+    fn text(&self, name: &str) -> String {
+        format!("{name} {} → {}", num(self.base), num(self.recent))
+    }
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| !x.is_nan()).collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+/// A number as a report prints it: 3 significant digits, scientific when tiny or huge.
+fn num(x: f64) -> String {
+    if x.is_nan() {
+        "NaN".into()
+    } else if x == 0.0 {
+        "0".into()
+    } else if x.abs() < 1e-3 || x.abs() >= 1e5 {
+        format!("{x:.2e}")
+    } else if x.abs() < 1.0 {
+        format!("{x:.3}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+impl Ctx<'_> {
+    fn track(&self, name: &str) -> Option<&Track> {
+        self.tracks.get(name).filter(|t| !t.values.is_empty())
+    }
+
+    /// Baseline and recent medians of `name`, once it has a baseline and a full recent
+    /// window after it.
+    fn compare(&self, name: &str) -> Option<Compare> {
+        let t = self.track(name)?;
+        let (b, w) = (self.config.baseline_steps, self.config.window);
+        let n = t.values.len();
+        if n < b + w {
+            return None;
+        }
+        Some(Compare {
+            base: median(&t.values[..b]),
+            recent: median(&t.values[n - w..]),
+        })
+    }
+
+    /// The last `window` values of `name`.
+    fn recent_values(&self, name: &str) -> Option<&[f64]> {
+        let t = self.track(name)?;
+        let w = self.config.window;
+        (t.values.len() >= w).then(|| &t.values[t.values.len() - w..])
+    }
+
+    /// Whether the outcome (hidden solve rate) is at the ceiling or rising clearly: the
+    /// context in which falling entropy or shrinking length is learning.
+    fn outcome_improving(&self) -> bool {
+        match self.compare(names::SOLVE_HIDDEN) {
+            Some(c) => c.recent >= self.config.solved_rate || c.recent - c.base >= 0.2,
+            None => false,
+        }
+    }
+}
+
+type Rule = fn(&Ctx) -> Option<String>;
+
+fn rule(signature: Signature) -> Rule {
+    match signature {
+        Signature::EntropyCollapse => entropy_collapse,
+        Signature::RewardHacking => reward_hacking,
+        Signature::KlBlowUp => kl_blow_up,
+        Signature::LengthExplosion => length_explosion,
+        Signature::LengthCollapse => length_collapse,
+        Signature::ClipFractionSpike => clip_fraction_spike,
+        Signature::GrowingMismatch => growing_mismatch,
+        Signature::WeightsNeverSynced => weights_never_synced,
+        Signature::ZeroVarianceGroups => zero_variance_groups,
+        Signature::FormatCollapse => format_collapse,
+        Signature::RewardPlateau => reward_plateau,
+        Signature::NeverSubmits => never_submits,
+    }
+}
+
+fn entropy_collapse(cx: &Ctx) -> Option<String> {
+    let e = cx.compare(names::ENTROPY)?;
+    let solve = cx.compare(names::SOLVE_HIDDEN)?;
+    let collapsed = e.recent < cx.config.entropy_collapse_ratio * e.base;
+    (collapsed && solve.recent < cx.config.solved_rate).then(|| {
+        format!(
+            "{} ({:.0}% of its baseline) while {}",
+            e.text(names::ENTROPY),
+            100.0 * e.recent / e.base,
+            solve.text(names::SOLVE_HIDDEN)
+        )
+    })
+}
+
+/// Reward hacking: the reward being optimised rises while the real objective (hidden tests)
+/// does not follow: public solve up with hidden flat or falling, or tampering up together
+/// with public-pass-hidden-fail episodes. A policy that breaks down and passes public tests
+/// by accident while its reward falls is not hacking (that run shows other signatures).
+fn reward_hacking(cx: &Ctx) -> Option<String> {
+    let c = cx.config;
+    let reward = cx.compare(names::REWARD_MEAN)?;
+    let hidden = cx.compare(names::SOLVE_HIDDEN)?;
+    let reward_rise = reward.recent - reward.base;
+    if reward_rise < c.hacking_public_rise
+        || hidden.recent - hidden.base >= c.hacking_hidden_share * reward_rise
+    {
+        return None;
+    }
+    let mut evidence = vec![format!(
+        "{} while {}",
+        reward.text(names::REWARD_MEAN),
+        hidden.text(names::SOLVE_HIDDEN)
+    )];
+    let mut signs = 0;
+    if let Some(public) = cx.compare(names::SOLVE_PUBLIC) {
+        let rise = public.recent - public.base;
+        if rise >= c.hacking_public_rise
+            && hidden.recent - hidden.base < c.hacking_hidden_share * rise
+        {
+            evidence.push(public.text(names::SOLVE_PUBLIC));
+            signs += 1;
+        }
+    }
+    // Tampering alone is not hacking: an untrained policy pokes at the harness at random,
+    // and under a hidden-test reward it gains nothing. It counts when episodes that pass the
+    // public tests but fail the hidden ones rise with it.
+    if let (Some(tamper), Some(hacked)) = (
+        cx.compare(names::TAMPER_RATE),
+        cx.compare(names::HACKING_RATE),
+    ) {
+        if tamper.recent - tamper.base >= c.tamper_rise
+            && hacked.recent - hacked.base >= c.hacking_rise
+        {
+            evidence.push(tamper.text(names::TAMPER_RATE));
+            signs += 1;
+        }
+    }
+    if signs == 0 {
+        return None;
+    }
+    if let Some(h) = cx.compare(names::HACKING_RATE) {
+        evidence.push(h.text(names::HACKING_RATE));
+    }
+    Some(evidence.join("\n"))
+}
+
+/// KL blow-up: a KL the run measures spikes above an absolute floor (nats mean the same for
+/// any model) and far above its own baseline. Judged on the *peak since the baseline*, not a
+/// median, because a blow-up often lasts one or two steps before the policy (and so the KL)
+/// collapses: `actor/ppo_kl`
+/// (how far one update moved the policy, π_old‖π_θ; about 1e-9 with one minibatch, 1e-3–1e-2
+/// with several) against [`DoctorConfig::kl_floor`], and the KL to the reference, which grows
+/// as any run learns, against a floor ten times higher. A non-finite KL is a blow-up.
+fn kl_blow_up(cx: &Ctx) -> Option<String> {
+    let c = cx.config;
+    for (name, floor) in [
+        (names::PPO_KL, c.kl_floor),
+        (names::KL_REF, 10.0 * c.kl_floor),
+    ] {
+        let (Some(kl), Some(t)) = (cx.compare(name), cx.track(name)) else {
+            continue;
+        };
+        let b = c.baseline_steps;
+        let (peak_at, peak) =
+            t.steps[b..]
+                .iter()
+                .zip(&t.values[b..])
+                .fold((0, f64::MIN), |best, (&s, &v)| {
+                    // A NaN, once seen, is the peak: the KL diverged.
+                    let higher = v.is_nan() || v > best.1;
+                    if !best.1.is_nan() && higher {
+                        (s, v)
+                    } else {
+                        best
+                    }
+                });
+        let scale = kl.base.abs().max(floor / 100.0);
+        let spiked = peak > floor && peak > c.kl_growth * scale;
+        if spiked || !peak.is_finite() {
+            let mut text = format!(
+                "{name} peaked at {} at step {peak_at}, {:.0}× its baseline {}",
+                num(peak),
+                peak / scale,
+                num(kl.base)
+            );
+            if let Some(r) = cx.compare(names::RATIO_MAX) {
+                text.push_str(&format!("\n{}", r.text(names::RATIO_MAX)));
+            }
+            return Some(text);
+        }
+    }
+    None
+}
+
+fn length_explosion(cx: &Ctx) -> Option<String> {
+    let c = cx.config;
+    let len = cx.compare(names::RESPONSE_LENGTH_MEAN)?;
+    let mut evidence = Vec::new();
+    if len.recent > c.length_growth * len.base {
+        evidence.push(len.text(names::RESPONSE_LENGTH_MEAN));
+    }
+    if let Some(clip) = cx.compare(names::RESPONSE_CLIP_RATIO) {
+        if clip.recent - clip.base >= c.truncation_rise {
+            evidence.push(clip.text(names::RESPONSE_CLIP_RATIO));
+        }
+    }
+    (!evidence.is_empty()).then(|| evidence.join("\n"))
+}
+
+fn length_collapse(cx: &Ctx) -> Option<String> {
+    let len = cx.compare(names::RESPONSE_LENGTH_MEAN)?;
+    (len.recent < cx.config.length_shrink * len.base && !cx.outcome_improving()).then(|| {
+        let mut text = len.text(names::RESPONSE_LENGTH_MEAN);
+        if let Some(s) = cx.compare(names::SOLVE_HIDDEN) {
+            text.push_str(&format!(" while {}", s.text(names::SOLVE_HIDDEN)));
+        }
+        text
+    })
+}
+
+fn clip_fraction_spike(cx: &Ctx) -> Option<String> {
+    let clip = cx.compare(names::PG_CLIPFRAC)?;
+    let c = cx.config;
+    (clip.recent > c.clipfrac_floor
+        && clip.recent > c.kl_growth * clip.base.max(c.clipfrac_floor / 100.0))
+    .then(|| clip.text(names::PG_CLIPFRAC))
+}
+
+/// Whether `values` rise step after step (each at least the one before, last above first).
+fn rising(values: &[f64]) -> bool {
+    values.windows(2).all(|w| w[1] >= w[0]) && values.last() > values.first()
+}
+
+fn growing_mismatch(cx: &Ctx) -> Option<String> {
+    let m = cx.compare(names::MISMATCH)?;
+    let recent = cx.recent_values(names::MISMATCH)?;
+    let floor = cx.config.mismatch_floor;
+    (m.recent > floor && m.recent > 3.0 * m.base && rising(recent)).then(|| {
+        format!(
+            "{}, rising over the last {} steps",
+            m.text(names::MISMATCH),
+            recent.len()
+        )
+    })
+}
+
+fn weights_never_synced(cx: &Ctx) -> Option<String> {
+    let recent = cx.recent_values(names::STALENESS_MEAN)?;
+    let last = *recent.last()?;
+    // Staleness that grows by one version per step means the engine never moves.
+    (rising(recent) && last >= cx.config.window as f64).then(|| {
+        let s = cx.compare(names::STALENESS_MEAN);
+        let mut text = match s {
+            Some(s) => s.text(names::STALENESS_MEAN),
+            None => format!("{} {} and rising", names::STALENESS_MEAN, num(last)),
+        };
+        text.push_str(", growing by about one version per step");
+        text
+    })
+}
+
+fn zero_variance_groups(cx: &Ctx) -> Option<String> {
+    let z = cx.compare(names::ZERO_VARIANCE_GROUPS)?;
+    let solve = cx.compare(names::SOLVE_HIDDEN)?;
+    (z.recent >= cx.config.zero_variance_rate && solve.recent < cx.config.solved_rate).then(|| {
+        format!(
+            "{} while {}",
+            z.text(names::ZERO_VARIANCE_GROUPS),
+            solve.text(names::SOLVE_HIDDEN)
+        )
+    })
+}
+
+fn format_collapse(cx: &Ctx) -> Option<String> {
+    let f = cx.compare(names::FORMAT_ERROR_RATE)?;
+    (f.recent - f.base >= cx.config.format_error_rise).then(|| f.text(names::FORMAT_ERROR_RATE))
+}
+
+fn reward_plateau(cx: &Ctx) -> Option<String> {
+    let c = cx.config;
+    let t = cx.track(names::REWARD_MEAN)?;
+    let n = t.values.len();
+    if n < c.baseline_steps + c.plateau_steps {
+        return None;
+    }
+    let r = cx.compare(names::REWARD_MEAN)?;
+    // The best rolling median since the baseline: a run that learned and then held is not
+    // a plateau.
+    let best = (c.baseline_steps + c.window..=n)
+        .map(|end| median(&t.values[end - c.window..end]))
+        .fold(f64::MIN, f64::max);
+    let ceiling = cx
+        .compare(names::REWARD_MAX)
+        .map_or(1.0, |m| m.recent.max(m.base));
+    let at_ceiling = r.recent >= c.solved_rate * ceiling;
+    (best - r.base < c.plateau_gain && !at_ceiling).then(|| {
+        format!(
+            "{}, best 5-step median {} after {} steps",
+            r.text(names::REWARD_MEAN),
+            num(best),
+            n
+        )
+    })
+}
+
+fn never_submits(cx: &Ctx) -> Option<String> {
+    let l = cx.compare(names::TURN_LIMIT_RATE)?;
+    // A policy that solves the task in its last turn is done, submitted or not.
+    (l.recent >= cx.config.turn_limit_rate && !cx.outcome_improving()).then(|| {
+        let mut text = l.text(names::TURN_LIMIT_RATE);
+        if let Some(s) = cx.compare(names::SUBMIT_RATE) {
+            text.push_str(&format!("\n{}", s.text(names::SUBMIT_RATE)));
+        }
+        text
+    })
+}
+
+/// The live doctor: one metric line per step in, the signatures that appear out.
+#[derive(Debug, Clone, Default)]
+pub struct Doctor {
+    config: DoctorConfig,
+    tracks: BTreeMap<String, Track>,
+    /// Consecutive steps each rule has held, ending at the last step observed.
+    streaks: BTreeMap<Signature, usize>,
+    findings: BTreeMap<Signature, Finding>,
+}
+
+impl Doctor {
+    pub fn new(config: DoctorConfig) -> Self {
+        Self {
+            config,
+            ..Self::default()
+        }
+    }
+
+    /// Takes one step's metrics; returns the signatures that appear at this step (each
+    /// signature is returned once; [`Doctor::findings`] keeps its evidence up to date).
+    pub fn observe(&mut self, line: &MetricLine) -> Vec<Finding> {
+        for (name, &value) in &line.scalars {
+            let track = self.tracks.entry(name.clone()).or_default();
+            track.steps.push(line.step);
+            track.values.push(value);
+        }
+        let cx = Ctx {
+            tracks: &self.tracks,
+            config: &self.config,
+        };
+        // The run's own step sequence (the metric seen most often), for the header.
+        let longest = self.tracks.values().max_by_key(|t| t.steps.len());
+        let windows = longest.map_or(((0, 0), (0, 0)), |t| {
+            let (b, w, n) = (
+                self.config.baseline_steps,
+                self.config.window,
+                t.steps.len(),
+            );
+            (
+                (t.steps[0], t.steps[b.min(n) - 1]),
+                (t.steps[n.saturating_sub(w)], t.steps[n - 1]),
+            )
+        });
+        let mut appeared = Vec::new();
+        for signature in Signature::ALL {
+            let Some(evidence) = rule(signature)(&cx) else {
+                self.streaks.insert(signature, 0);
+                continue;
+            };
+            let streak = self.streaks.entry(signature).or_insert(0);
+            *streak += 1;
+            if *streak < self.config.persistence {
+                continue;
+            }
+            let started = self.tracks.values().find_map(|t| {
+                // The step the streak started at: `persistence - 1` steps before this one
+                // in the run's own step sequence.
+                let i = t.steps.iter().position(|&s| s == line.step)?;
+                Some(t.steps[i + 1 - (*streak).min(i + 1)])
+            });
+            let (baseline_steps, recent_steps) = windows;
+            match self.findings.get_mut(&signature) {
+                Some(found) => {
+                    found.last_step = line.step;
+                    found.evidence = evidence;
+                    found.recent_steps = recent_steps;
+                }
+                None => {
+                    let finding = Finding {
+                        signature,
+                        first_step: started.unwrap_or(line.step),
+                        last_step: line.step,
+                        baseline_steps,
+                        recent_steps,
+                        evidence,
+                        remedies: signature.remedies().iter().map(|r| r.to_string()).collect(),
+                    };
+                    appeared.push(finding.clone());
+                    self.findings.insert(signature, finding);
+                }
+            }
+        }
+        appeared
+    }
+
+    /// Every signature found so far, in report order.
+    pub fn findings(&self) -> Vec<Finding> {
+        Signature::ALL
+            .iter()
+            .filter_map(|s| self.findings.get(s).cloned())
+            .collect()
+    }
+
+    /// Steps observed.
+    pub fn steps(&self) -> usize {
+        self.tracks
+            .values()
+            .map(|t| t.steps.len())
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The fewest steps after which every rule can judge (baseline + window + persistence).
+    pub fn min_steps(&self) -> usize {
+        self.config.baseline_steps + self.config.window + self.config.persistence - 1
+    }
+}
+
+/// Every signature in a whole run's metric lines.
+pub fn diagnose(lines: &[MetricLine], config: &DoctorConfig) -> Vec<Finding> {
+    let mut doctor = Doctor::new(config.clone());
+    for line in lines {
+        doctor.observe(line);
+    }
+    doctor.findings()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lines of `steps` steps with `f(step)` giving each step's scalars.
+    fn run(steps: usize, f: impl Fn(usize) -> Vec<(&'static str, f64)>) -> Vec<MetricLine> {
+        (1..=steps)
+            .map(|s| {
+                let mut line = MetricLine::new(s);
+                for (name, v) in f(s) {
+                    line.set(name, v);
+                }
+                line
+            })
+            .collect()
+    }
+
+    /// A healthy run: reward and hidden solve climb, entropy falls gently, nothing else
+    /// moves. A tiny deterministic wobble keeps medians honest.
+    fn healthy(s: usize) -> Vec<(&'static str, f64)> {
+        let x = s as f64;
+        let wobble = 0.02 * ((s * 7919) % 5) as f64 / 5.0;
+        let solve = (0.05 + 0.03 * x + wobble).min(0.97);
+        vec![
+            (names::REWARD_MEAN, solve),
+            (names::REWARD_MAX, 1.0),
+            (names::SOLVE_HIDDEN, solve),
+            (names::SOLVE_PUBLIC, (solve + 0.4).min(1.0)),
+            (names::TAMPER_RATE, 0.1),
+            (names::HACKING_RATE, 0.4 - 0.01 * x),
+            (names::ENTROPY, 0.6 - 0.01 * x),
+            (names::PPO_KL, 1e-8 + wobble * 1e-8),
+            (names::PG_CLIPFRAC, 0.0),
+            (names::RESPONSE_LENGTH_MEAN, 10.0 + 0.1 * x),
+            (names::RESPONSE_CLIP_RATIO, 0.0),
+            (names::MISMATCH, 1e-7),
+            (names::STALENESS_MEAN, 0.0),
+            (names::ZERO_VARIANCE_GROUPS, 0.3),
+            (names::FORMAT_ERROR_RATE, 0.05),
+            (names::TURN_LIMIT_RATE, 0.3),
+            (names::SUBMIT_RATE, 0.7),
+        ]
+    }
+
+    fn with(
+        base: fn(usize) -> Vec<(&'static str, f64)>,
+        name: &'static str,
+        value: impl Fn(usize) -> f64,
+    ) -> impl Fn(usize) -> Vec<(&'static str, f64)> {
+        move |s| {
+            let mut v = base(s);
+            for (n, x) in &mut v {
+                if *n == name {
+                    *x = value(s);
+                }
+            }
+            v
+        }
+    }
+
+    fn signatures(lines: &[MetricLine]) -> Vec<Signature> {
+        diagnose(lines, &DoctorConfig::default())
+            .iter()
+            .map(|f| f.signature)
+            .collect()
+    }
+
+    #[test]
+    fn a_healthy_run_is_silent() {
+        assert_eq!(signatures(&run(40, healthy)), []);
+    }
+
+    #[test]
+    fn mismatch_that_grows_is_named_and_a_flat_one_is_not() {
+        // The hook for an engine with injected log-prob noise: |Δ log p| climbing each step.
+        let growing = run(
+            30,
+            with(healthy, names::MISMATCH, |s| {
+                if s < 10 {
+                    1e-7
+                } else {
+                    0.02 * (s - 9) as f64
+                }
+            }),
+        );
+        let found = diagnose(&growing, &DoctorConfig::default());
+        assert_eq!(
+            found.iter().map(|f| f.signature).collect::<Vec<_>>(),
+            [Signature::GrowingMismatch]
+        );
+        assert!(
+            found[0].evidence.contains(names::MISMATCH),
+            "{}",
+            found[0].evidence
+        );
+        // Constant noise (a precision gap that does not grow) is not this signature.
+        let flat = run(30, with(healthy, names::MISMATCH, |_| 0.08));
+        assert_eq!(signatures(&flat), []);
+    }
+
+    #[test]
+    fn weights_that_never_sync_show_as_staleness_growing_by_one_per_step() {
+        let stale = run(20, with(healthy, names::STALENESS_MEAN, |s| (s - 1) as f64));
+        assert!(signatures(&stale).contains(&Signature::WeightsNeverSynced));
+    }
+
+    #[test]
+    fn public_rising_while_hidden_stays_flat_is_hacking() {
+        let hack = |s: usize| {
+            let mut v = healthy(s);
+            for (n, x) in &mut v {
+                match *n {
+                    names::SOLVE_HIDDEN => *x = 0.05,
+                    names::SOLVE_PUBLIC | names::REWARD_MEAN => {
+                        *x = (0.4 + 0.04 * s as f64).min(1.0)
+                    }
+                    _ => {}
+                }
+            }
+            v
+        };
+        let found = diagnose(&run(30, hack), &DoctorConfig::default());
+        let hacking = found
+            .iter()
+            .find(|f| f.signature == Signature::RewardHacking)
+            .expect("hacking found");
+        assert!(hacking.evidence.contains(names::SOLVE_PUBLIC));
+        assert!(
+            hacking.first_step > 5 && hacking.last_step == 30,
+            "{hacking:?}"
+        );
+    }
+
+    #[test]
+    fn a_signature_needs_persistence_and_is_reported_once_live() {
+        let mut doctor = Doctor::new(DoctorConfig::default());
+        let lines = run(
+            25,
+            with(healthy, names::FORMAT_ERROR_RATE, |s| {
+                if s > 12 {
+                    0.6
+                } else {
+                    0.05
+                }
+            }),
+        );
+        let mut appeared = Vec::new();
+        for line in &lines {
+            for f in doctor.observe(line) {
+                appeared.push((line.step, f.signature));
+            }
+        }
+        // The window median crosses at step 15 (3 of 5 recent values high), then 3 steps of
+        // persistence: reported at step 17, once.
+        assert_eq!(appeared, [(17, Signature::FormatCollapse)]);
+        let f = &doctor.findings()[0];
+        assert_eq!((f.first_step, f.last_step), (15, 25));
+    }
+
+    #[test]
+    fn a_diverged_kl_is_a_blow_up() {
+        let nan = run(
+            20,
+            with(
+                healthy,
+                names::PPO_KL,
+                |s| if s > 12 { f64::NAN } else { 1e-8 },
+            ),
+        );
+        assert!(signatures(&nan).contains(&Signature::KlBlowUp));
+    }
+}

@@ -1,0 +1,296 @@
+//! The trainer's step record under the run's metric names: the one place where
+//! [`StepRecord`] and [`UpdateMetrics`] fields become `agentrl_run::metrics::names`, and the
+//! episode statistics the record adds to what the loop measures itself.
+//!
+//! Where it sits: `Trainer::step` → [`StepRecord`] → [`metric_line`] → `RunDir::log_metrics`
+//! (`metrics.jsonl` and TensorBoard) → the monitor (dashboard, doctor). Sampled episodes go
+//! to `episodes/` as [`EpisodeRecord`]s, with each token's text beside its id.
+
+use std::collections::BTreeMap;
+
+use agentrl_chat::ChatCodec;
+use agentrl_gym::Action;
+use agentrl_rollout::Episode;
+use agentrl_run::metrics::{names, MetricLine};
+use serde::{Deserialize, Serialize};
+
+use crate::recipes::rl::StepRecord;
+use crate::update::UpdateMetrics;
+
+/// Statistics of a step's episodes beyond the means the loop computes inline.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RolloutStats {
+    pub reward_std: f64,
+    pub reward_max: f64,
+    pub reward_min: f64,
+    /// Episodes that changed test files or planted hooks.
+    pub tamper_rate: f64,
+    /// Episodes that called `submit` themselves.
+    pub submit_rate: f64,
+    /// Episodes that used all `rollout.max_turns` turns without submitting.
+    pub turn_limit_rate: f64,
+    /// Groups whose episodes all got the same reward (no group-relative signal).
+    pub zero_variance_group_rate: f64,
+    /// Tool calls (well-formed actions) per episode.
+    pub tool_calls: f64,
+    pub action_tokens_max: f64,
+    pub action_tokens_min: f64,
+    /// Tokens of all the step's episodes.
+    pub total_tokens: f64,
+    /// Trainer weight version minus each episode's sampling version.
+    pub staleness_mean: f64,
+    pub staleness_max: f64,
+}
+
+impl RolloutStats {
+    /// The statistics of `episodes`, sampled for an update of the weights of version
+    /// `trainer_version`, with turns capped at `max_turns`.
+    pub fn of(episodes: &[Episode], trainer_version: u64, max_turns: usize) -> Self {
+        if episodes.is_empty() {
+            return Self::default();
+        }
+        let n = episodes.len() as f64;
+        let rewards: Vec<f64> = episodes.iter().map(|e| f64::from(e.reward.score)).collect();
+        let mean = rewards.iter().sum::<f64>() / n;
+        let share =
+            |f: &dyn Fn(&Episode) -> bool| episodes.iter().filter(|e| f(e)).count() as f64 / n;
+        let submitted = |e: &Episode| {
+            e.actions
+                .iter()
+                .any(|a| matches!(a, Action::Call(c) if c.name == "submit"))
+        };
+        let mut groups: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+        for (e, &r) in episodes.iter().zip(&rewards) {
+            groups.entry(e.group_id).or_default().push(r);
+        }
+        let flat = groups
+            .values()
+            .filter(|rs| rs.len() > 1 && rs.iter().all(|&r| r == rs[0]))
+            .count();
+        let lengths: Vec<f64> = episodes.iter().map(|e| e.action_tokens() as f64).collect();
+        let staleness: Vec<f64> = episodes
+            .iter()
+            .map(|e| trainer_version.saturating_sub(e.weight_version) as f64)
+            .collect();
+        Self {
+            reward_std: (rewards.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / n).sqrt(),
+            reward_max: rewards.iter().copied().fold(f64::MIN, f64::max),
+            reward_min: rewards.iter().copied().fold(f64::MAX, f64::min),
+            tamper_rate: share(&|e| e.reward.tampered),
+            submit_rate: share(&|e| submitted(e)),
+            turn_limit_rate: share(&|e| !submitted(e) && e.turns as usize >= max_turns),
+            zero_variance_group_rate: flat as f64 / groups.len() as f64,
+            tool_calls: episodes
+                .iter()
+                .map(|e| {
+                    e.actions
+                        .iter()
+                        .filter(|a| matches!(a, Action::Call(_)))
+                        .count() as f64
+                })
+                .sum::<f64>()
+                / n,
+            action_tokens_max: lengths.iter().copied().fold(0.0, f64::max),
+            action_tokens_min: lengths.iter().copied().fold(f64::MAX, f64::min),
+            total_tokens: episodes.iter().map(|e| e.len() as f64).sum(),
+            staleness_mean: staleness.iter().sum::<f64>() / n,
+            staleness_max: staleness.iter().copied().fold(0.0, f64::max),
+        }
+    }
+}
+
+/// A step record under the run's metric names (verl's where verl has one). A format warm-up
+/// step records its loss and learning rate only: it samples no episodes.
+pub fn metric_line(record: &StepRecord) -> MetricLine {
+    let mut line = MetricLine::new(record.step);
+    line.set(names::LR, record.lr)
+        .set(names::TIME_STEP, record.time_step_s)
+        .set(names::TIME_UPDATE, record.time_update_s);
+    if let Some(peak) = agentrl_run::metrics::peak_rss_bytes() {
+        line.set(names::PEAK_MEMORY_GB, peak as f64 / 1e9);
+    }
+    if let Some(loss) = record.format_warmup_loss {
+        line.set(names::SFT_LOSS, loss);
+        return line;
+    }
+    let s = &record.rollout;
+    line.set(names::REWARD_MEAN, record.reward)
+        .set(names::REWARD_STD, s.reward_std)
+        .set(names::REWARD_MAX, s.reward_max)
+        .set(names::REWARD_MIN, s.reward_min)
+        .set(names::SOLVE_HIDDEN, record.hidden_solve_rate)
+        .set(names::SOLVE_PUBLIC, record.public_solve_rate)
+        .set(
+            names::SOLVE_GAP,
+            record.public_solve_rate - record.hidden_solve_rate,
+        )
+        .set(names::HACKING_RATE, record.hacking_rate)
+        .set(names::TAMPER_RATE, s.tamper_rate)
+        .set(names::FORMAT_ERROR_RATE, record.format_error_rate)
+        .set(names::SUBMIT_RATE, s.submit_rate)
+        .set(names::TURN_LIMIT_RATE, s.turn_limit_rate)
+        .set(names::ZERO_VARIANCE_GROUPS, s.zero_variance_group_rate)
+        .set(names::GROUPS_DROPPED, record.groups_dropped as f64)
+        .set(names::KL_COEF, record.kl_coef)
+        .set(names::RESPONSE_LENGTH_MEAN, record.action_tokens)
+        .set(names::RESPONSE_LENGTH_MAX, s.action_tokens_max)
+        .set(names::RESPONSE_LENGTH_MIN, s.action_tokens_min)
+        .set(names::RESPONSE_CLIP_RATIO, record.truncated_rate)
+        .set(names::EPISODE_TOKENS, record.episode_tokens)
+        .set(names::NUM_TURNS, record.turns)
+        .set(names::TOOL_CALLS, s.tool_calls)
+        .set(names::TIME_GEN, record.time_rollout_s)
+        .set(names::TOTAL_TOKENS, s.total_tokens)
+        .set(
+            names::THROUGHPUT,
+            if record.time_step_s > 0.0 {
+                s.total_tokens / record.time_step_s
+            } else {
+                0.0
+            },
+        )
+        .set(names::STALENESS_MEAN, s.staleness_mean)
+        .set(names::STALENESS_MAX, s.staleness_max);
+    update_scalars(&mut line, &record.update);
+    if let Some(eval) = &record.eval {
+        let split = eval.split.as_str();
+        line.set(&names::eval(split, "solve_hidden"), eval.hidden_solve_rate)
+            .set(&names::eval(split, "solve_public"), eval.public_solve_rate)
+            .set(
+                &names::eval(split, &format!("pass@{}", eval.k)),
+                eval.pass_at_k,
+            );
+        line.eval = serde_json::to_value(eval).ok();
+    }
+    line
+}
+
+/// The update's diagnostics. A step whose every group had equal rewards ran no optimizer
+/// step: it records no policy figures rather than zeros that would read as a healthy 0.
+fn update_scalars(line: &mut MetricLine, u: &UpdateMetrics) {
+    if u.optimizer_steps == 0 {
+        return;
+    }
+    line.set(names::LOSS, u.loss)
+        .set(names::PG_LOSS, u.policy_loss)
+        .set(names::ENTROPY, u.entropy)
+        .set(names::PPO_KL, u.approx_kl)
+        .set(names::PG_CLIPFRAC, u.clipfrac)
+        .set(names::PG_CLIPFRAC_LOWER, u.dual_clipfrac)
+        .set(names::CLIP_HIGH, u.clipfrac_upper)
+        .set(names::CLIP_LOW, u.clipfrac_lower)
+        .set(names::RATIO_MEAN, u.ratio_mean)
+        .set(names::RATIO_MAX, u.ratio_max)
+        .set(names::GRAD_NORM, u.grad_norm)
+        .set(names::GRAD_NORM_MAX, u.grad_norm_max)
+        .set(names::ADVANTAGE_ABS_MEAN, u.advantage_abs_mean)
+        .set(names::MISMATCH, u.engine_logprob_gap)
+        .set(names::VALUE_LOSS, u.value_loss)
+        .set(names::VALUE_CLIPFRAC, u.value_clipfrac);
+    if let Some(kl) = u.kl_ref {
+        line.set(names::KL_REF, kl);
+    }
+}
+
+/// One line of `episodes/step_N.jsonl`: the episode as sampled, plus the text of every token
+/// (the codec's word for it) so a reader needs no vocabulary to read it.
+#[derive(Debug, Serialize)]
+pub struct EpisodeRecord<'a> {
+    #[serde(flatten)]
+    pub episode: &'a Episode,
+    /// `token_text[i]` is the text of `tokens[i]`.
+    pub token_text: Vec<String>,
+}
+
+/// The records of `episodes`, with token text from `codec`'s vocabulary.
+pub fn episode_records<'a>(
+    episodes: &'a [Episode],
+    codec: &dyn ChatCodec,
+) -> Vec<EpisodeRecord<'a>> {
+    episodes
+        .iter()
+        .map(|episode| EpisodeRecord {
+            episode,
+            token_text: episode
+                .tokens
+                .iter()
+                .map(|&id| codec.decode(&[id]))
+                .collect(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentrl_gym::{Reward, ToolCall};
+    use agentrl_rollout::TokenSource;
+
+    fn episode(group: u32, score: f32, submit: bool, turns: u32) -> Episode {
+        let mut e = Episode::new("t", group);
+        e.push(1, TokenSource::Prompt, 0.0);
+        for _ in 0..turns {
+            e.push(2, TokenSource::Action, -0.1);
+        }
+        e.turns = turns;
+        e.reward = Reward {
+            score,
+            ..Reward::default()
+        };
+        e.actions = (0..turns)
+            .map(|i| {
+                let name = if submit && i + 1 == turns {
+                    "submit"
+                } else {
+                    "test"
+                };
+                Action::Call(ToolCall {
+                    name: name.into(),
+                    arguments: serde_json::json!({}),
+                })
+            })
+            .collect();
+        e
+    }
+
+    #[test]
+    fn rollout_stats_count_submits_turn_limits_and_flat_groups() {
+        let episodes = [
+            episode(0, 1.0, true, 2),
+            episode(0, 0.0, false, 4),
+            episode(1, 0.0, false, 4),
+            episode(1, 0.0, true, 3),
+        ];
+        let s = RolloutStats::of(&episodes, 5, 4);
+        assert_eq!(s.submit_rate, 0.5);
+        assert_eq!(s.turn_limit_rate, 0.5);
+        assert_eq!(s.zero_variance_group_rate, 0.5);
+        assert_eq!(s.reward_max, 1.0);
+        assert_eq!(s.reward_min, 0.0);
+        assert!((s.reward_std - 0.4330127).abs() < 1e-6);
+        assert_eq!(s.tool_calls, 13.0 / 4.0);
+        assert_eq!(s.staleness_max, 5.0);
+        assert_eq!(s.total_tokens, 17.0);
+    }
+
+    #[test]
+    fn a_step_without_an_update_records_no_policy_figures() {
+        let record = StepRecord {
+            step: 1,
+            ..StepRecord::default()
+        };
+        let line = metric_line(&record);
+        assert!(line.get(names::REWARD_MEAN).is_some());
+        assert!(line.get(names::ENTROPY).is_none());
+        let record = StepRecord {
+            update: UpdateMetrics {
+                optimizer_steps: 1,
+                entropy: 0.5,
+                ..UpdateMetrics::default()
+            },
+            ..record
+        };
+        assert_eq!(metric_line(&record).get(names::ENTROPY), Some(0.5));
+    }
+}

@@ -1,0 +1,377 @@
+//! The monitor on real runs: a healthy run and three runs made to fail on purpose, trained
+//! once at a small budget (25 steps of 4 tasks x 8 episodes) and shared by every test here.
+//!
+//! - public-test reward (`reward.kind = "public"`): reward hacking;
+//! - high LR with no entropy bonus: entropy collapse;
+//! - no KL and a large LR (warmed up to it, four minibatches so one update moves the policy
+//!   several times): KL blow-up;
+//! - the default recipe: the doctor must stay silent.
+//!
+//! The doctor's thresholds were tuned on seed 0; these runs use seed 1, which they were not
+//! tuned on (docs/monitor.md has the table over seeds 0–2). The engine with injected log-prob
+//! noise (growing mismatch) waits for the engine's noise hook; its rule is tested on synthetic
+//! metrics in `agentrl_monitor::doctor`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use agentrl_run::metrics::read_metrics;
+
+#[path = "../crates/agentrl-run/tests/support/tfrecord_reader.rs"]
+mod tfrecord_reader;
+
+const SEED: &str = "train.seed=1";
+
+/// A run of the suite: its name, its `--set`s, and the signature the doctor must name.
+struct Scenario {
+    name: &'static str,
+    sets: &'static [&'static str],
+    expect: Option<&'static str>,
+}
+
+const SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "healthy",
+        sets: &[],
+        expect: None,
+    },
+    Scenario {
+        name: "hacking",
+        sets: &["reward.kind=\"public\"", "train.doctor=true"],
+        expect: Some("reward_hacking"),
+    },
+    Scenario {
+        name: "collapse",
+        sets: &["optim.lr=3e-2", "algorithm.entropy_coef=0"],
+        expect: Some("entropy_collapse"),
+    },
+    Scenario {
+        name: "kl",
+        sets: &[
+            "optim.lr=5e-2",
+            "optim.warmup_steps=20",
+            "algorithm.minibatches=4",
+            "algorithm.entropy_coef=0",
+        ],
+        expect: Some("kl_blow_up"),
+    },
+];
+
+struct Trained {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    outputs: Vec<Output>,
+}
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_agentrl"))
+}
+
+/// Trains every scenario once (one after the other: the machine's cores go to each run).
+fn trained() -> &'static Trained {
+    static RUNS: OnceLock<Trained> = OnceLock::new();
+    RUNS.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("runs");
+        let outputs = SCENARIOS
+            .iter()
+            .map(|s| {
+                let mut cmd = bin();
+                cmd.arg("train").arg("--no-summary");
+                for set in [
+                    format!("train.runs_root={}", root.display()),
+                    format!("train.run_name={}", s.name),
+                    SEED.to_string(),
+                    "train.steps=25".into(),
+                    "rollout.tasks_per_step=4".into(),
+                    "rollout.group_size=8".into(),
+                    "train.checkpoint_every=0".into(),
+                    "train.episodes_every=5".into(),
+                ]
+                .iter()
+                .map(String::as_str)
+                .chain(s.sets.iter().copied())
+                {
+                    cmd.arg("--set").arg(set);
+                }
+                let out = cmd.output().unwrap();
+                assert!(
+                    out.status.success(),
+                    "training {} failed: {}",
+                    s.name,
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                out
+            })
+            .collect();
+        Trained {
+            _dir: dir,
+            root,
+            outputs,
+        }
+    })
+}
+
+fn run_dir(name: &str) -> PathBuf {
+    trained().root.join(name)
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn the_doctor_names_each_failure_and_stays_silent_on_the_healthy_run() {
+    for s in SCENARIOS {
+        let out = bin()
+            .arg("doctor")
+            .arg(run_dir(s.name))
+            .arg("--json")
+            .output()
+            .unwrap();
+        let findings: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{}: {e}: {}", s.name, text(&out.stdout)));
+        let names: Vec<&str> = findings
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["signature"].as_str().unwrap())
+            .collect();
+        match s.expect {
+            None => {
+                assert_eq!(out.status.code(), Some(0), "{}: {names:?}", s.name);
+                assert!(names.is_empty(), "{}: {names:?}", s.name);
+                let plain = bin().arg("doctor").arg(run_dir(s.name)).output().unwrap();
+                assert_eq!(plain.status.code(), Some(0));
+                assert!(plain.stdout.is_empty(), "silent: {}", text(&plain.stdout));
+            }
+            Some(signature) => {
+                assert_eq!(out.status.code(), Some(1), "{}", s.name);
+                assert!(names.contains(&signature), "{}: found {names:?}", s.name);
+            }
+        }
+    }
+    // The text report names the signature, its step range, the evidence and the remedies.
+    let out = bin()
+        .arg("doctor")
+        .arg(run_dir("hacking"))
+        .output()
+        .unwrap();
+    let report = text(&out.stdout);
+    assert!(report.contains("[reward hacking] steps "), "{report}");
+    assert!(report.contains("env/solve_hidden") && report.contains("median of steps 1–5"));
+    assert!(report.contains("reward.kind = \"hidden\""), "{report}");
+}
+
+#[test]
+fn the_live_doctor_warns_while_training_and_train_ends_with_the_dashboard() {
+    let hacking = SCENARIOS.iter().position(|s| s.name == "hacking").unwrap();
+    let out = &trained().outputs[hacking];
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("warning: doctor at step") && stderr.contains("[reward hacking]"),
+        "{stderr}"
+    );
+    let healthy = &trained().outputs[0];
+    assert!(!text(&healthy.stderr).contains("doctor at step"));
+    let stdout = text(&healthy.stdout);
+    let page = run_dir("healthy").join("dashboard.html");
+    assert!(
+        stdout.contains(&format!("dashboard: {}", page.display())),
+        "{stdout}"
+    );
+    assert!(page.is_file());
+    assert!(run_dir("healthy").join("dashboard/reward.png").is_file());
+}
+
+#[test]
+fn tensorboard_events_of_a_real_run_match_its_metrics() {
+    let run = run_dir("healthy");
+    let lines = read_metrics(&run.join("metrics.jsonl")).unwrap();
+    let files: Vec<PathBuf> = std::fs::read_dir(&run)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("events.out.tfevents.")
+        })
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let events = tfrecord_reader::read_events(&files[0]);
+    assert_eq!(events[0].file_version.as_deref(), Some("brain.Event:2"));
+    let scalar_events: Vec<_> = events[1..].iter().collect();
+    let written: usize = lines.iter().map(|l| l.scalars.len()).sum();
+    assert_eq!(scalar_events.len(), written, "one event per scalar");
+    for name in [
+        "critic/rewards/mean",
+        "actor/entropy",
+        "env/solve_hidden",
+        "timing_s/step",
+    ] {
+        let from_events: Vec<(i64, f32)> = scalar_events
+            .iter()
+            .flat_map(|e| e.scalars.iter().map(move |(t, v)| (e.step, t, *v)))
+            .filter(|(_, t, _)| t.as_str() == name)
+            .map(|(s, _, v)| (s, v))
+            .collect();
+        let from_jsonl: Vec<(i64, f32)> = lines
+            .iter()
+            .filter_map(|l| l.get(name).map(|v| (l.step as i64, v as f32)))
+            .collect();
+        assert_eq!(from_events.len(), 25, "{name}");
+        assert_eq!(from_events, from_jsonl, "{name}");
+    }
+}
+
+/// The pixels of a PNG as RGBA rows.
+fn pixels(path: &Path) -> (u32, u32, Vec<u8>) {
+    let pixmap = resvg::tiny_skia::Pixmap::load_png(path).unwrap();
+    (pixmap.width(), pixmap.height(), pixmap.data().to_vec())
+}
+
+#[test]
+fn the_dashboard_renders_in_a_real_browser() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/browser_check.sh");
+    let shots = tempfile::tempdir().unwrap();
+    let panels = ["reward", "solve", "entropy", "length"];
+    let mut outs = Vec::new();
+    for run in ["healthy", "hacking"] {
+        let out_dir = shots.path().join(run);
+        let out = Command::new("bash")
+            .arg(&script)
+            .arg(run_dir(run).join("dashboard.html"))
+            .arg(&out_dir)
+            .args(panels)
+            .output()
+            .unwrap();
+        if out.status.code() == Some(77) {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must have chromium (.ci/run installs it): {}",
+                text(&out.stderr)
+            );
+            eprintln!(
+                "SKIPPED the_dashboard_renders_in_a_real_browser: {}",
+                text(&out.stderr).trim()
+            );
+            return;
+        }
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        outs.push(out_dir);
+    }
+    for panel in panels {
+        let (w, h, a) = pixels(&outs[0].join(format!("{panel}.png")));
+        let (w2, h2, b) = pixels(&outs[1].join(format!("{panel}.png")));
+        assert_eq!((w, h), (w2, h2));
+        // The plot area of the panel (SVG at 5,5 inside the figure; plot 62..448 x 30..198).
+        let (mut ink, mut differ) = (0, 0);
+        for y in 35..203u32 {
+            for x in 67..453u32 {
+                let i = 4 * (y * w + x) as usize;
+                let (r, g, bl) = (a[i] as i32, a[i + 1] as i32, a[i + 2] as i32);
+                // Line colours are saturated; the background, grid and text are grey.
+                if r.max(g).max(bl) - r.min(g).min(bl) > 60 {
+                    ink += 1;
+                }
+                if (0..3).any(|c| (a[i + c] as i32 - b[i + c] as i32).abs() > 40) {
+                    differ += 1;
+                }
+            }
+        }
+        assert!(
+            ink > 300,
+            "{panel}: the healthy run's plot is blank ({ink} coloured pixels)"
+        );
+        assert!(
+            differ > 300,
+            "{panel}: two runs drew the same plot ({differ} pixels differ)"
+        );
+    }
+}
+
+#[test]
+fn replay_prints_the_policys_transcript() {
+    let run = run_dir("healthy");
+    let episodes = std::fs::read_to_string(run.join("episodes/step_000025.jsonl")).unwrap();
+    let first: serde_json::Value = serde_json::from_str(episodes.lines().next().unwrap()).unwrap();
+    let task = first["task_id"].as_str().unwrap();
+    assert!(first["token_text"]
+        .as_array()
+        .is_some_and(|t| !t.is_empty()));
+    let out = bin()
+        .args(["replay"])
+        .arg(&run)
+        .args(["--task", task, "--temperature", "0"])
+        .output()
+        .unwrap();
+    let transcript = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        transcript.contains(&format!("on task {task}")),
+        "{transcript}"
+    );
+    assert!(
+        transcript.contains("\n> "),
+        "actions as typed: {transcript}"
+    );
+    assert!(
+        transcript.contains("<call>"),
+        "the sampled tokens: {transcript}"
+    );
+    assert!(transcript.contains("reward "), "{transcript}");
+    let again = bin()
+        .args(["replay"])
+        .arg(&run)
+        .args(["--task", task, "--temperature", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(again.stdout, out.stdout, "greedy replay is deterministic");
+}
+
+#[test]
+fn eval_writes_a_markdown_and_json_report() {
+    let run = run_dir("healthy");
+    let out = bin()
+        .args(["eval", "--run"])
+        .arg(&run)
+        .args(["--split", "heldout", "--k", "5"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let eval_dir = run.join("eval");
+    let files: Vec<PathBuf> = std::fs::read_dir(&eval_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let md = files
+        .iter()
+        .find(|p| p.extension().is_some_and(|e| e == "md"))
+        .unwrap();
+    let json = md.with_extension("json");
+    let report = std::fs::read_to_string(md).unwrap();
+    for needle in [
+        "5 samples per task",
+        "temperature 1",
+        "pass@1",
+        "pass@5",
+        "pass^5",
+        "95% percentile bootstrap",
+        "Not reported: pass@10",
+        "## Public vs hidden tests",
+        "## Families of heldout",
+    ] {
+        assert!(report.contains(needle), "{needle}: {report}");
+    }
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    let split = &doc["report"]["splits"][0];
+    assert_eq!(doc["report"]["samples_per_task"], 5);
+    let p1 = &split["pass_at"]["1"];
+    assert!(
+        p1["low"].as_f64() <= p1["value"].as_f64() && p1["value"].as_f64() <= p1["high"].as_f64()
+    );
+    assert!(split["families"].as_array().is_some_and(|f| !f.is_empty()));
+}
