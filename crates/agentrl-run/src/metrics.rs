@@ -118,6 +118,8 @@ pub mod names {
     /// Trainer weight version at update time minus the version the episode was sampled with.
     pub const STALENESS_MEAN: &str = "training/off_policy/trajectory_staleness/mean";
     pub const STALENESS_MAX: &str = "training/off_policy/trajectory_staleness/max";
+    /// Episodes whose re-rendered conversation tokenises differently from the sampled ids.
+    pub const RETOKENIZATION_DRIFT: &str = "env/retokenization_drift_rate";
 
     /// Periodic evaluation during training: `eval/<split>/<what>`.
     pub fn eval(split: &str, what: &str) -> String {

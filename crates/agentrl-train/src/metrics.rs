@@ -41,6 +41,9 @@ pub struct RolloutStats {
     /// Trainer weight version minus each episode's sampling version.
     pub staleness_mean: f64,
     pub staleness_max: f64,
+    /// Share of the episodes whose conversation, re-rendered through the chat template,
+    /// tokenises to other ids than the sampled stream (0 for a format without a template).
+    pub retokenization_drift_rate: f64,
 }
 
 impl RolloutStats {
@@ -96,6 +99,7 @@ impl RolloutStats {
             total_tokens: episodes.iter().map(|e| e.len() as f64).sum(),
             staleness_mean: staleness.iter().sum::<f64>() / n,
             staleness_max: staleness.iter().copied().fold(0.0, f64::max),
+            retokenization_drift_rate: share(&|e| e.drifted == Some(true)),
         }
     }
 }
@@ -151,7 +155,8 @@ pub fn metric_line(record: &StepRecord) -> MetricLine {
             },
         )
         .set(names::STALENESS_MEAN, s.staleness_mean)
-        .set(names::STALENESS_MAX, s.staleness_max);
+        .set(names::STALENESS_MAX, s.staleness_max)
+        .set(names::RETOKENIZATION_DRIFT, s.retokenization_drift_rate);
     update_scalars(&mut line, &record.update);
     if let Some(eval) = &record.eval {
         let split = eval.split.as_str();
@@ -190,6 +195,9 @@ fn update_scalars(line: &mut MetricLine, u: &UpdateMetrics) {
         .set(names::VALUE_CLIPFRAC, u.value_clipfrac);
     if let Some(kl) = u.kl_ref {
         line.set(names::KL_REF, kl);
+    }
+    for (name, &value) in &u.rollout_corr {
+        line.set(name, value);
     }
 }
 

@@ -52,6 +52,11 @@ pub struct UpdateSetup<'a> {
     pub grad_clip: f64,
     /// `L_max` of `seq-mean-token-sum-norm` (the action-token budget of an episode).
     pub max_len: f64,
+    /// Score the batch with the trainer before the update even when the preset does not
+    /// need it, to measure the engine/trainer mismatch (`rollout_corr/…`): set when the
+    /// engine does not sample with the trainer's own weights (a server, a bf16 copy, stale
+    /// rollouts, injected noise).
+    pub measure_mismatch: bool,
 }
 
 /// Per-episode inputs that only some presets read, in batch order (all `None` by default).
@@ -241,7 +246,8 @@ pub fn update_with(
     let needs_sum_pi_squared = knobs.needs_sum_pi_squared();
     let mut old_sum_pi_squared = None;
     let (old_log_probs, old_values) =
-        if knobs.old_logprob_pass || needs_values || needs_sum_pi_squared {
+        if knobs.old_logprob_pass || needs_values || needs_sum_pi_squared || setup.measure_mismatch
+        {
             let scored = score(
                 setup.policy,
                 &batch.input_ids,
@@ -257,6 +263,12 @@ pub fn update_with(
             let logp = logp.detach();
             metrics.engine_logprob_gap =
                 masked_mean_value(&(&logp - &batch.old_logprobs)?.abs()?, &batch.loss_mask)? as f64;
+            if setup.measure_mismatch {
+                // verl's off-policy diagnostics (`rollout_corr/kl`, `…/k3_kl`,
+                // `…/log_ppl_abs_diff`, `…/chi2_token`, …) of the engine against the trainer.
+                metrics.rollout_corr =
+                    agentrl_rl::rollout_corr_metrics(&logp, &batch.old_logprobs, &batch.loss_mask)?;
+            }
             let old = if knobs.old_logprob_pass {
                 logp
             } else {
@@ -735,6 +747,7 @@ mod tests {
                 lr: 1e-2,
                 grad_clip: 1.0,
                 max_len: 12.0,
+                measure_mismatch: false,
             };
             let m = update_with(&setup, &extras, &mut opt, &vars, &rollout, &mut rng)?;
             assert!(

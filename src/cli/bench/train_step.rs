@@ -153,6 +153,7 @@ pub fn time_candle(shapes: &TrainStepShapes) -> anyhow::Result<CandleTiming> {
         lr: shapes.lr,
         grad_clip: shapes.grad_clip,
         max_len: shapes.seq_len as f64,
+        measure_mismatch: false,
     };
     let mut shuffle = ChaCha8Rng::seed_from_u64(1);
     let mut times = Vec::new();

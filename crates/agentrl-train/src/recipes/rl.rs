@@ -711,6 +711,10 @@ impl Trainer {
                 lr,
                 grad_clip: self.config.optim.grad_clip,
                 max_len: self.action_budget() as f64,
+                measure_mismatch: self.remote.is_some()
+                    || self.engine_copy.is_some()
+                    || self.config.engine.logprob_noise > 0.0
+                    || self.config.engine.logprobs != LogprobKind::TemperatureScaled,
             };
             let extras = BatchExtras {
                 reward_baselines: baselines.as_deref(),

@@ -1,0 +1,216 @@
+//! Qwen3 in the loop (issue 11): a tiny random Qwen3 with the real tokenizer and chat
+//! template, made by the committed `scripts/make_tiny_qwen3.py`, trained through the same
+//! trainer as TinyAgent (`configs/qwen3-tiny-grpo.toml`), and the engine preflight against
+//! known mismatches: a bf16 engine (numeric drift, reported), raw log-probs at T = 0.7
+//! (semantic, refused) and an `agentrl serve` server that forces another temperature
+//! (refused, over loopback).
+
+use std::path::{Path, PathBuf};
+
+use agentrl_engine::serve::{self, LocalServed, ServeOptions};
+use agentrl_engine::LogprobKind;
+use agentrl_model::qwen3::{LoadOptions, Qwen3};
+use agentrl_train::config::{load_config, Config};
+use agentrl_train::recipes::rl::Trainer;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A tiny random Qwen3 folder (hidden 64, 2 layers, the real 151,936-token vocabulary).
+fn tiny_qwen3(dir: &Path) -> anyhow::Result<PathBuf> {
+    let assets = agentrl_chat::qwen3_assets_for_tests().expect("the shared Qwen3 assets");
+    let out = dir.join("tiny-qwen3");
+    let status = std::process::Command::new("python3")
+        .arg(repo().join("scripts/make_tiny_qwen3.py"))
+        .args([
+            "--hidden-size",
+            "64",
+            "--scale",
+            "0.15",
+            "--embed-scale",
+            "0.6",
+        ])
+        .arg("--assets")
+        .arg(&assets)
+        .arg("--out")
+        .arg(&out)
+        .status()?;
+    anyhow::ensure!(status.success(), "make_tiny_qwen3.py failed");
+    Ok(out)
+}
+
+fn qwen3_config(root: &Path, model: &Path, extra: &[String]) -> anyhow::Result<Config> {
+    let mut set = vec![
+        format!(
+            "model.dir={}",
+            serde_json::to_string(model.to_str().unwrap())?
+        ),
+        format!(
+            "train.runs_root={}",
+            serde_json::to_string(root.join("runs").to_str().unwrap())?
+        ),
+        "train.threads=2".to_string(),
+    ];
+    set.extend(extra.iter().cloned());
+    load_config(Some(&repo().join("configs/qwen3-tiny-grpo.toml")), &set)
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+/// The warm-up on demonstrations of well-formed tool calls teaches the untrained Qwen3 the
+/// `<tool_call>{json}</tool_call>` format: the valid-tool-call rate of the first GRPO step
+/// after it is far above an untrained policy's (about 0), on two seeds, and GRPO then runs
+/// on real chat episodes with a finite loss.
+#[test]
+fn warm_up_then_grpo_teaches_qwen3_the_tool_call_format() -> anyhow::Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let model = tiny_qwen3(tmp.path())?;
+    let shape = ["rollout.tasks_per_step=2", "rollout.group_size=4"];
+    for seed in [0u64, 1] {
+        let seed_key = format!("train.seed={seed}");
+        let mut untrained_keys = strings(&shape);
+        untrained_keys.extend(strings(&["train.steps=1", "train.format_warmup_steps=0"]));
+        untrained_keys.push(seed_key.clone());
+        let (mut untrained, _) =
+            Trainer::create(qwen3_config(tmp.path(), &model, &untrained_keys)?)?;
+        let before = untrained.step()?;
+        drop(untrained);
+
+        let mut keys = strings(&shape);
+        keys.extend(strings(&["train.steps=10", "train.format_warmup_steps=8"]));
+        keys.push(seed_key);
+        let (mut trainer, _) = Trainer::create(qwen3_config(tmp.path(), &model, &keys)?)?;
+        let mut records = Vec::new();
+        while trainer.state.step < trainer.config.train.steps {
+            records.push(trainer.step()?);
+        }
+        let warmup: Vec<f64> = records[..8].iter().map(|r| r.update.loss).collect();
+        let rl = &records[8..];
+        let valid = |r: &agentrl_train::recipes::rl::StepRecord| 1.0 - r.format_error_rate;
+        eprintln!(
+            "seed {seed}: valid-call rate untrained {:.2}, after warm-up {:?}; warm-up loss \
+             {:.3} -> {:.3}",
+            valid(&before),
+            rl.iter().map(valid).collect::<Vec<_>>(),
+            warmup[0],
+            warmup[7]
+        );
+        assert!(
+            warmup[7] < warmup[0] * 0.5,
+            "the warm-up loss fell: {warmup:?}"
+        );
+        assert!(
+            valid(&before) < 0.2,
+            "an untrained Qwen3 rarely makes a valid call"
+        );
+        let after = rl.iter().map(valid).sum::<f64>() / rl.len() as f64;
+        assert!(
+            after > valid(&before) + 0.4,
+            "valid-call rate {:.2} -> {after:.2}",
+            valid(&before)
+        );
+        for r in rl {
+            assert!(r.update.loss.is_finite());
+            assert!(r.episodes > 0);
+        }
+    }
+    Ok(())
+}
+
+/// A bf16 engine against the f32 trainer is numeric drift: the preflight reports it and the
+/// run starts. Raw log-probs at T = 0.7 are a semantic mismatch: the run is refused, with
+/// the cause named, and leaves no run directory.
+#[test]
+fn the_preflight_reports_bf16_drift_and_refuses_raw_logprobs() -> anyhow::Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let model = tiny_qwen3(tmp.path())?;
+    let (trainer, _) = Trainer::create(qwen3_config(
+        tmp.path(),
+        &model,
+        &strings(&["engine.dtype=\"bf16\""]),
+    )?)?;
+    let report = trainer.preflight.as_ref().expect("the preflight ran");
+    eprintln!("bf16 engine: {}\n{}", report.summary(), report.table());
+    assert!(report.refusal.is_none());
+    assert!(
+        report.expected.mean_abs_gap > 1e-5 && report.expected.mean_abs_gap < 0.05,
+        "bf16 drift is small but real: {}",
+        report.expected.mean_abs_gap
+    );
+    drop(trainer);
+
+    let runs = tmp.path().join("runs");
+    let before = std::fs::read_dir(&runs)?.count();
+    let refused = Trainer::create(qwen3_config(
+        tmp.path(),
+        &model,
+        &strings(&["engine.logprobs=\"raw\"", "sampling.temperature=0.7"]),
+    )?);
+    let error = format!(
+        "{:#}",
+        refused.err().expect("raw log-probs at T = 0.7 are refused")
+    );
+    eprintln!("raw at T = 0.7: {error}");
+    assert!(error.contains("raw"), "{error}");
+    assert_eq!(
+        std::fs::read_dir(&runs)?.count(),
+        before,
+        "a refused run leaves no directory"
+    );
+    Ok(())
+}
+
+/// The trainer against `agentrl serve` over loopback (vLLM's routes): with the server's
+/// temperature forced to 0.5 while the config samples at 1.0, the preflight names the
+/// temperature and refuses; an honest server passes, after the LoRA adapter sync.
+#[test]
+fn a_server_with_a_wrong_temperature_is_refused() -> anyhow::Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let model_dir = tiny_qwen3(tmp.path())?;
+    let served = |force: Option<f64>| -> anyhow::Result<serve::Server> {
+        let model = Qwen3::load(&model_dir, &LoadOptions::default())?;
+        serve::start(
+            LocalServed::new(model, "tiny", model_dir.to_str().unwrap()),
+            ServeOptions {
+                logprobs_mode: LogprobKind::TemperatureScaled,
+                force_temperature: force,
+                ..ServeOptions::default()
+            },
+            "127.0.0.1:0",
+        )
+    };
+    let remote = |url: &str| {
+        vec![
+            "engine.kind=\"vllm\"".to_string(),
+            format!("engine.endpoints=[{}]", serde_json::to_string(url).unwrap()),
+            "engine.served_model=\"tiny\"".to_string(),
+        ]
+    };
+    let honest = served(None)?;
+    let (trainer, _) = Trainer::create(qwen3_config(
+        tmp.path(),
+        &model_dir,
+        &remote(&honest.url()),
+    )?)?;
+    let report = trainer.preflight.as_ref().expect("the preflight ran");
+    eprintln!("honest server: {}", report.summary());
+    assert!(report.refusal.is_none());
+    drop(trainer);
+
+    let forced = served(Some(0.5))?;
+    let refused = Trainer::create(qwen3_config(
+        tmp.path(),
+        &model_dir,
+        &remote(&forced.url()),
+    )?);
+    let error = format!(
+        "{:#}",
+        refused.err().expect("a forced temperature is refused")
+    );
+    eprintln!("forced temperature: {error}");
+    assert!(error.contains("T = 0.5"), "{error}");
+    Ok(())
+}
