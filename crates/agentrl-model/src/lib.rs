@@ -9,6 +9,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod constrained;
+pub mod device;
 pub mod fused;
 pub mod lora;
 pub mod policy;
@@ -17,5 +18,6 @@ pub mod tiny;
 pub mod weights;
 
 pub use constrained::{ConstrainedPolicy, LogitBias};
+pub use device::best_device;
 pub use policy::{Policy, PolicyOutput};
 pub use tiny::{KvCache, TinyAgent, TinyConfig, TinyOutput};
