@@ -639,7 +639,7 @@ impl RemoteEngine {
                 self.max_seq
             );
         }
-        let this = &*self;
+        let this = self;
         this.pool.run(requests.len(), "request", |url, i| {
             let req = &requests[i];
             let (route, body) = match this.config.protocol {

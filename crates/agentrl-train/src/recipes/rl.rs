@@ -824,10 +824,28 @@ impl Trainer {
         let mut episodes = Vec::new();
         for (group, task_id) in self.tasks_for_step(step).iter().enumerate() {
             let task = self.tasks.get(task_id)?;
-            let prompt = self.codec.prompt_ids(&task.observation())?;
+            let observation = task.observation();
+            let prompt = self.codec.prompt_ids(&observation)?;
             let listed = task.candidates.len().min(MAX_CANDIDATES);
+            // The tools this format offers: those whose demonstration parses back to a call
+            // (Qwen3's prompt does not offer `exploit`, TinyAgent's vocabulary does).
+            let mut offered = Vec::new();
+            for name in TOOL_NAMES {
+                let probe = ToolCall {
+                    name: name.to_string(),
+                    arguments: serde_json::json!({}),
+                };
+                let ids = self.codec.encode_call(&probe)?;
+                if matches!(self.codec.parse_action(&ids, &observation), Action::Call(_)) {
+                    offered.push(name);
+                }
+            }
+            anyhow::ensure!(
+                !offered.is_empty(),
+                "format warm-up: the codec offers no tool"
+            );
             for _ in 0..self.config.rollout.group_size {
-                let name = TOOL_NAMES[rng.random_range(0..TOOL_NAMES.len())];
+                let name = offered[rng.random_range(0..offered.len())];
                 let arguments = if name == "edit" && listed > 0 {
                     serde_json::json!({ "candidate": rng.random_range(0..listed) })
                 } else {
@@ -1018,7 +1036,8 @@ fn build_qwen3(
     let dir = std::path::Path::new(dir);
     let q = &config.qwen3;
     let dtype = parse_dtype("qwen3.dtype", &q.dtype)?;
-    let device = Device::Cpu;
+    // The GPU when built with `--features cuda` and one is present, else the CPU.
+    let device = agentrl_model::best_device()?;
     let lora = lora_config(q);
     let options = |trainable: bool| LoadOptions {
         dtype,
