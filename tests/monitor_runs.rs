@@ -5,12 +5,12 @@
 //! - high LR with no entropy bonus: entropy collapse;
 //! - no KL and a large LR (warmed up to it, four minibatches so one update moves the policy
 //!   several times): KL blow-up;
+//! - an engine with injected log-prob noise (`engine.logprob_noise = 0.5`): engine/trainer
+//!   mismatch;
 //! - the default recipe: the doctor must stay silent.
 //!
 //! The doctor's thresholds were tuned on seed 0; these runs use seed 1, which they were not
-//! tuned on (docs/monitor.md has the table over seeds 0–2). The engine with injected log-prob
-//! noise (growing mismatch) waits for the engine's noise hook; its rule is tested on synthetic
-//! metrics in `agentrl_monitor::doctor`.
+//! tuned on (docs/monitor.md has the table over seeds 0–2).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -55,6 +55,11 @@ const SCENARIOS: &[Scenario] = &[
             "algorithm.entropy_coef=0",
         ],
         expect: Some("kl_blow_up"),
+    },
+    Scenario {
+        name: "mismatch",
+        sets: &["engine.logprob_noise=0.5"],
+        expect: Some("growing_mismatch"),
     },
 ];
 

@@ -538,11 +538,19 @@ fn growing_mismatch(cx: &Ctx) -> Option<String> {
     let m = cx.compare(names::MISMATCH)?;
     let recent = cx.recent_values(names::MISMATCH)?;
     let floor = cx.config.mismatch_floor;
-    (m.recent > floor && m.recent > 3.0 * m.base && rising(recent)).then(|| {
-        format!(
+    if m.recent > floor && m.recent > 3.0 * m.base && rising(recent) {
+        return Some(format!(
             "{}, rising over the last {} steps",
             m.text(names::MISMATCH),
             recent.len()
+        ));
+    }
+    // A mismatch that is large from the first steps on (an engine whose numerics or
+    // semantics differ, injected noise) never "grows", but biases every ratio all the same.
+    (m.base > 2.0 * floor && m.recent > 2.0 * floor).then(|| {
+        format!(
+            "{}: a large engine/trainer mismatch since the first steps",
+            m.text(names::MISMATCH)
         )
     })
 }
@@ -833,6 +841,10 @@ mod tests {
         // Constant noise (a precision gap that does not grow) is not this signature.
         let flat = run(30, with(healthy, names::MISMATCH, |_| 0.08));
         assert_eq!(signatures(&flat), []);
+        // A large mismatch from the start (`engine.logprob_noise = 0.5` measures about 0.27
+        // nats per token) is named although it does not grow.
+        let noisy = run(30, with(healthy, names::MISMATCH, |_| 0.27));
+        assert_eq!(signatures(&noisy), [Signature::GrowingMismatch]);
     }
 
     #[test]

@@ -159,9 +159,14 @@ impl Pool {
                         Err(err) => {
                             cancelled.store(true, Ordering::SeqCst);
                             if let Ok(mut first) = first_error.lock() {
-                                // Keep the lowest failing index: the report does not depend on
-                                // which thread failed first.
-                                if first.as_ref().is_none_or(|(j, _)| i < *j) {
+                                // Report a real failure over a request cancelled because of
+                                // it, and among those the lowest index: the report does not
+                                // depend on which thread failed first.
+                                let rank = |i: usize, e: &anyhow::Error| (e.is::<Cancelled>(), i);
+                                if first
+                                    .as_ref()
+                                    .is_none_or(|(j, e)| rank(i, &err) < rank(*j, e))
+                                {
                                     *first = Some((i, err));
                                 }
                             }
@@ -207,7 +212,9 @@ impl Pool {
                 let factor = 1u32 << (attempt - 1).min(16);
                 std::thread::sleep((self.retry.backoff * factor).min(self.retry.max_backoff));
                 if cancelled.load(Ordering::SeqCst) {
-                    anyhow::bail!("remote engine: {what} {i} of {count} cancelled");
+                    return Err(anyhow::Error::new(Cancelled(format!(
+                        "remote engine: {what} {i} of {count} cancelled"
+                    ))));
                 }
             }
             let endpoint = self.acquire(&tried)?;
@@ -379,3 +386,15 @@ mod tests {
         }
     }
 }
+
+/// A request given up because another request of the same call failed for good.
+#[derive(Debug)]
+struct Cancelled(String);
+
+impl std::fmt::Display for Cancelled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Cancelled {}
