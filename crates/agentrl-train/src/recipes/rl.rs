@@ -833,7 +833,11 @@ impl Trainer {
             for name in TOOL_NAMES {
                 let probe = ToolCall {
                     name: name.to_string(),
-                    arguments: serde_json::json!({}),
+                    arguments: if name == "edit" {
+                        serde_json::json!({ "candidate": 0 })
+                    } else {
+                        serde_json::json!({})
+                    },
                 };
                 let ids = self.codec.encode_call(&probe)?;
                 if matches!(self.codec.parse_action(&ids, &observation), Action::Call(_)) {
