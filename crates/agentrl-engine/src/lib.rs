@@ -36,7 +36,9 @@ pub use local::{Decoder, LocalEngine};
 pub use noise::NoisyLogprobs;
 pub use qwen3::Qwen3Replica;
 pub use remote::{Protocol, RemoteConfig, RemoteEngine};
-pub use sampling::{sample_token, sample_token_as, scaled_log_softmax, SamplingParams};
+pub use sampling::{
+    kept_tokens, sample_token, sample_token_as, scaled_log_softmax, SamplingParams,
+};
 
 /// One row of a generate call.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -74,6 +74,33 @@ pub fn scaled_log_softmax(logits: &[f32], temperature: f64) -> Vec<f64> {
     scaled.iter().map(|x| x - lse).collect()
 }
 
+/// The tokens top-k then top-p keep of a row of log-probs, by the plain definition: sort the
+/// whole vocabulary by probability (ties by id), keep the top k, then the shortest prefix
+/// whose mass reaches top-p. All tokens, by id, when `params` does not truncate. The sampler
+/// keeps exactly this set faster (a partial sort); the preflight uses it to rebuild a
+/// truncated distribution from the trainer's logits.
+pub fn kept_tokens(logp: &[f64], params: &SamplingParams) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..logp.len()).collect();
+    if !params.truncates() {
+        return order;
+    }
+    order.sort_by(|&a, &b| logp[b].total_cmp(&logp[a]).then(a.cmp(&b)));
+    if params.top_k > 0 {
+        order.truncate(params.top_k);
+    }
+    let mut cumulative = 0.0;
+    let mut keep = 0;
+    for &i in &order {
+        cumulative += logp[i].exp();
+        keep += 1;
+        if cumulative >= params.top_p {
+            break;
+        }
+    }
+    order.truncate(keep);
+    order
+}
+
 /// Draws one token from `logits` with temperature, top-k and top-p; returns the token and its
 /// log-prob under the temperature-scaled full distribution (see the module doc). Fails on an
 /// empty row or a NaN logit, which would otherwise be sampled silently and surface much later
@@ -336,21 +363,12 @@ mod tests {
     /// The plain definition: sort the whole vocabulary, keep the top k, then the nucleus.
     fn reference_sample(logits: &[f32], params: &SamplingParams, u: f64) -> (u32, f32) {
         let logp = scaled_log_softmax(logits, params.temperature);
-        let mut order: Vec<usize> = (0..logp.len()).collect();
-        order.sort_by(|&a, &b| logp[b].total_cmp(&logp[a]).then(a.cmp(&b)));
-        if params.top_k > 0 {
-            order.truncate(params.top_k);
-        }
-        let mut cumulative = 0.0;
-        let mut keep = 0;
-        for &i in &order {
-            cumulative += logp[i].exp();
-            keep += 1;
-            if cumulative >= params.top_p {
-                break;
-            }
-        }
-        order.truncate(keep);
+        assert!(
+            params.truncates(),
+            "the reference walks the kept set by probability"
+        );
+        let order = kept_tokens(&logp, params);
+        let cumulative: f64 = order.iter().map(|&i| logp[i].exp()).sum();
         let target = u * cumulative;
         let mut walked = 0.0;
         for &i in &order {

@@ -3,8 +3,9 @@
 //! Data flow: a task id → [`driver::run_groups`] (an `Engine` samples each turn, a
 //! `ChatCodec` renders and parses, an `Env` steps) → [`episode::Episode`]s, every token with
 //! its source, turn and sampling log-prob → [`batch::Batch`], the padded tensors the update
-//! consumes. [`shuffle`] holds env wrappers that augment training episodes, and [`eval`]
-//! summarises episodes of a split into solve rates and pass@k.
+//! consumes. [`shuffle`] holds env wrappers that augment training episodes, [`staleness`]
+//! bounds how old the weights of asynchronous rollouts may be, and [`eval`] summarises
+//! episodes of a split into solve rates and pass@k.
 //!
 //! Not here: the losses and the optimizer (`agentrl-train`, `agentrl-rl`), models
 //! (`agentrl-model`), how a token is drawn (`agentrl-engine`).
@@ -16,6 +17,7 @@ pub mod driver;
 pub mod episode;
 pub mod eval;
 pub mod shuffle;
+pub mod staleness;
 
 pub use batch::Batch;
 pub use driver::{
@@ -24,3 +26,4 @@ pub use driver::{
 pub use episode::{Episode, TokenSource};
 pub use eval::{evaluate_split, summarize, EpisodeOutcome, EvalReport};
 pub use shuffle::ShuffledCandidates;
+pub use staleness::{Prefetched, StalenessBound};

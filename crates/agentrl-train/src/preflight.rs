@@ -23,7 +23,9 @@
 //! under the expected hypothesis is numeric drift (bf16, other kernels): reported, never
 //! refused.
 
-use agentrl_engine::{Engine, GenerateParams, GenerateRequest, LogprobKind, SamplingParams};
+use agentrl_engine::{
+    kept_tokens, Engine, GenerateParams, GenerateRequest, LogprobKind, SamplingParams,
+};
 use agentrl_model::Policy;
 use anyhow::Context;
 use candle_core::Tensor;
@@ -189,7 +191,7 @@ fn hypothesis_logprob(row: &[f32], token: u32, params: &SamplingParams, kind: Lo
         LogprobKind::TemperatureScaled => log_softmax_at(row, params.temperature, token),
         LogprobKind::Processed => {
             let logp = agentrl_engine::scaled_log_softmax(row, params.temperature);
-            let kept = kept_set(&logp, params);
+            let kept = kept_tokens(&logp, params);
             if !kept.contains(&token) {
                 // The hypothesis says this token could not have been sampled.
                 return f64::NEG_INFINITY;
@@ -206,29 +208,6 @@ fn log_softmax_at(row: &[f32], temperature: f64, token: usize) -> f64 {
     let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64 / t;
     let sum: f64 = row.iter().map(|&x| (x as f64 / t - max).exp()).sum();
     row[token] as f64 / t - max - sum.ln()
-}
-
-/// The tokens top-k then top-p keep (as the engine's sampler keeps them).
-fn kept_set(logp: &[f64], params: &SamplingParams) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..logp.len()).collect();
-    if !params.truncates() {
-        return order;
-    }
-    order.sort_by(|&a, &b| logp[b].total_cmp(&logp[a]).then(a.cmp(&b)));
-    if params.top_k > 0 {
-        order.truncate(params.top_k);
-    }
-    let mut cumulative = 0.0;
-    let mut keep = 0;
-    for &i in &order {
-        cumulative += logp[i].exp();
-        keep += 1;
-        if cumulative >= params.top_p {
-            break;
-        }
-    }
-    order.truncate(keep);
-    order
 }
 
 /// A gap that stays finite when a hypothesis rules a sampled token out.
@@ -406,7 +385,7 @@ fn truncation_evidence(tokens: &[(u32, f64, Vec<f32>)], config: &SamplingParams)
         let mut log_all_inside = 0.0;
         for (_, _, row) in tokens {
             let logp = agentrl_engine::scaled_log_softmax(row, config.temperature);
-            let kept = kept_set(&logp, config);
+            let kept = kept_tokens(&logp, config);
             let kept_mass: f64 = kept.iter().map(|&i| logp[i].exp()).sum();
             let mut order = kept.clone();
             order.sort_by(|&a, &b| logp[b].total_cmp(&logp[a]));

@@ -193,3 +193,55 @@ fn a_server_with_a_wrong_temperature_is_refused() -> anyhow::Result<()> {
     assert!(error.contains("T = 0.5"), "{error}");
     Ok(())
 }
+
+/// GRPO with rollouts from `agentrl serve` over loopback (vLLM's routes), asynchronous:
+/// before each sampling the trainer writes its LoRA adapter in PEFT layout and loads it into
+/// the server (`/v1/load_lora_adapter`) when the server's weights would be too stale; the
+/// next step's rollouts are sampled by the server while the trainer updates. Every episode
+/// records the version it was sampled with, and the staleness stays within the bound.
+#[test]
+fn async_grpo_on_a_server_syncs_lora_and_bounds_staleness() -> anyhow::Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let model_dir = tiny_qwen3(tmp.path())?;
+    let model = Qwen3::load(&model_dir, &LoadOptions::default())?;
+    let server = serve::start(
+        LocalServed::new(model, "tiny", model_dir.to_str().unwrap()),
+        ServeOptions::default(),
+        "127.0.0.1:0",
+    )?;
+    let mut keys = strings(&[
+        "engine.kind=\"vllm\"",
+        "engine.served_model=\"tiny\"",
+        "engine.async_rollouts=true",
+        "engine.max_staleness=1",
+        "train.format_warmup_steps=0",
+        "train.steps=3",
+        "rollout.tasks_per_step=1",
+    ]);
+    keys.push(format!(
+        "engine.endpoints=[{}]",
+        serde_json::to_string(&server.url())?
+    ));
+    let (mut trainer, _) = Trainer::create(qwen3_config(tmp.path(), &model_dir, &keys)?)?;
+    let mut records = Vec::new();
+    while trainer.state.step < trainer.config.train.steps {
+        let record = trainer.step()?;
+        trainer.log(&record)?;
+        records.push(record);
+    }
+    let staleness: Vec<f64> = records.iter().map(|r| r.rollout.staleness_max).collect();
+    eprintln!("server rollouts: staleness per step {staleness:?}");
+    assert_eq!(staleness, [0.0, 1.0, 1.0]);
+    for r in &records {
+        assert!(r.update.loss.is_finite());
+        assert!(r.episodes > 0);
+    }
+    // Only the adapter the server last loaded is kept, in PEFT layout.
+    let weights: Vec<PathBuf> = std::fs::read_dir(trainer.run.root.join("weights"))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    assert_eq!(weights.len(), 1, "{weights:?}");
+    assert!(weights[0].join("adapter_config.json").is_file());
+    assert!(weights[0].join("adapter_model.safetensors").is_file());
+    Ok(())
+}

@@ -213,6 +213,32 @@ fn a_torn_checkpoint_write_does_not_break_resume() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The learning tests' budget: GRPO on two training tasks, 14 steps of 2 × 8 episodes, with
+/// `extra` settings; evaluations before and after, and every step's record.
+fn learning_run(
+    seed: u64,
+    name: &str,
+    extra: &[&str],
+) -> anyhow::Result<(EvalReport, EvalReport, Vec<StepRecord>)> {
+    let seed_key = format!("train.seed={seed}");
+    let mut sets = vec![
+        seed_key.as_str(),
+        "train.steps=14",
+        "train.checkpoint_every=0",
+        "train.episodes_every=0",
+        "rollout.tasks_per_step=2",
+        "rollout.group_size=8",
+        "optim.lr=1e-2",
+        "model.action_vocab=grammar",
+        // Candidates reshuffled in every training episode; evaluation uses the gym's order,
+        // so a solve there means the policy read the candidates.
+        "rollout.shuffle_candidates=true",
+    ];
+    sets.extend_from_slice(extra);
+    let (_tmp, mut trainer) = small_trainer(2, &format!("{name}-{seed}"), &sets)?;
+    train_between_evaluations(&mut trainer)
+}
+
 /// With a small budget on two training tasks, GRPO raises the hidden solve rate by a clear
 /// margin and the format-error rate falls, for a majority of three fixed seeds (not one tuned
 /// seed).
@@ -220,24 +246,7 @@ fn a_torn_checkpoint_write_does_not_break_resume() -> anyhow::Result<()> {
 fn training_raises_the_solve_rate_and_lowers_format_errors() -> anyhow::Result<()> {
     let mut passed = Vec::new();
     for seed in [3u64, 4, 5] {
-        let (_tmp, mut trainer) = small_trainer(
-            2,
-            &format!("learn-{seed}"),
-            &[
-                &format!("train.seed={seed}"),
-                "train.steps=14",
-                "train.checkpoint_every=0",
-                "train.episodes_every=0",
-                "rollout.tasks_per_step=2",
-                "rollout.group_size=8",
-                "optim.lr=1e-2",
-                "model.action_vocab=grammar",
-                // Candidates reshuffled in every training episode; evaluation uses the gym's
-                // order, so a solve there means the policy read the candidates.
-                "rollout.shuffle_candidates=true",
-            ],
-        )?;
-        let (before, after, _) = train_between_evaluations(&mut trainer)?;
+        let (before, after, _) = learning_run(seed, "learn", &[])?;
         // Untrained, the policy names a candidate the task does not have in a few percent of
         // its calls (the gym answers with a format error); trained, at most half as often.
         let learned = after.hidden_solve_rate >= before.hidden_solve_rate + 0.3
@@ -423,5 +432,130 @@ fn verl_names_select_estimator_loss_and_correction_on_another_preset() -> anyhow
             m.rollout_corr
         );
     }
+    Ok(())
+}
+
+/// Trains `steps` steps; returns every record.
+fn train_steps(trainer: &mut Trainer) -> anyhow::Result<Vec<StepRecord>> {
+    let mut records = Vec::new();
+    while trainer.state.step < trainer.config.train.steps {
+        let record = trainer.step()?;
+        trainer.log(&record)?;
+        records.push(record);
+    }
+    Ok(records)
+}
+
+/// Metrics lines without wall-clock fields or the engine/trainer mismatch measurements (an
+/// engine with its own weight copy measures them; one on the trainer's weights need not).
+fn metrics_without_measurements(run: &Path) -> anyhow::Result<Vec<serde_json::Value>> {
+    let mut lines = metrics_without_timings(run)?;
+    for line in &mut lines {
+        if let Some(obj) = line.as_object_mut() {
+            obj.retain(|k, _| !k.starts_with("rollout_corr/"));
+        }
+    }
+    Ok(lines)
+}
+
+const ASYNC_SHAPE: [&str; 5] = [
+    "train.steps=6",
+    "train.checkpoint_every=0",
+    "train.episodes_every=0",
+    "rollout.tasks_per_step=2",
+    "rollout.group_size=4",
+];
+
+/// With `engine.max_staleness = 0` nothing may overlap (step t+1's weights exist only after
+/// step t's update), so an asynchronous run is the synchronous one: the same metrics and the
+/// same final weights.
+#[test]
+fn async_rollouts_with_max_staleness_zero_equal_the_synchronous_run() -> anyhow::Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let tasks = tmp.path().join("tasks");
+    small_task_dir(&tasks, 2)?;
+    let runs = tmp.path().join("runs");
+    let mut roots = Vec::new();
+    for (name, async_rollouts) in [("sync", "false"), ("async0", "true")] {
+        let mut sets: Vec<String> = ASYNC_SHAPE.iter().map(|s| s.to_string()).collect();
+        sets.push(format!("engine.async_rollouts={async_rollouts}"));
+        sets.push("engine.max_staleness=0".into());
+        let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+        let (mut trainer, _) = Trainer::create(config(&runs, &tasks, name, &sets)?)?;
+        let records = train_steps(&mut trainer)?;
+        assert!(records.iter().all(|r| r.rollout.staleness_max == 0.0));
+        trainer.checkpoint()?;
+        roots.push(trainer.run.root.clone());
+    }
+    assert_eq!(
+        metrics_without_measurements(&roots[0])?,
+        metrics_without_measurements(&roots[1])?
+    );
+    assert_eq!(final_weights(&roots[0])?, final_weights(&roots[1])?);
+    Ok(())
+}
+
+/// Asynchronous rollouts sample the next step during the update, on weights at most
+/// `max_staleness` versions old: the staleness of every trained episode stays within the
+/// bound and reaches it, and the stale episodes are corrected (decoupled PPO's IS weights,
+/// measured against the trainer's π_old).
+#[test]
+fn async_rollouts_stay_within_the_staleness_bound_and_are_corrected() -> anyhow::Result<()> {
+    for bound in [1usize, 2] {
+        let max_staleness = format!("engine.max_staleness={bound}");
+        let mut sets: Vec<&str> = ASYNC_SHAPE.to_vec();
+        sets.extend([
+            "engine.async_rollouts=true",
+            &max_staleness,
+            "optim.lr=1e-2",
+        ]);
+        let (_tmp, mut trainer) = small_trainer(2, &format!("async{bound}"), &sets)?;
+        let records = train_steps(&mut trainer)?;
+        let staleness: Vec<f64> = records.iter().map(|r| r.rollout.staleness_max).collect();
+        eprintln!("max_staleness {bound}: staleness per step {staleness:?}");
+        assert_eq!(
+            staleness[0], 0.0,
+            "the first step has nothing sampled ahead"
+        );
+        assert!(staleness.iter().all(|&s| s <= bound as f64));
+        assert!(staleness.contains(&(bound as f64)));
+        for r in records.iter().filter(|r| r.rollout.staleness_max > 0.0) {
+            let is_mean = r.update.rollout_corr.get("rollout_corr/rollout_is_mean");
+            let kl = r.update.rollout_corr.get("rollout_corr/k3_kl");
+            assert!(
+                matches!(is_mean, Some(m) if m.is_finite()),
+                "step {}: no IS weights on stale rollouts: {:?}",
+                r.step,
+                r.update.rollout_corr
+            );
+            // The engine's weights really are older than the trainer's.
+            assert!(matches!(kl, Some(&k) if k > 0.0), "step {}: {kl:?}", r.step);
+        }
+    }
+    Ok(())
+}
+
+/// GRPO with asynchronous rollouts one version stale still learns: the learning test's
+/// budget and margin, for a majority of three seeds.
+#[test]
+fn training_with_async_rollouts_raises_the_solve_rate() -> anyhow::Result<()> {
+    let mut passed = Vec::new();
+    for seed in [3u64, 4, 5] {
+        let (before, after, records) = learning_run(
+            seed,
+            "async-learn",
+            &["engine.async_rollouts=true", "engine.max_staleness=1"],
+        )?;
+        assert!(records[1..].iter().all(|r| r.rollout.staleness_max == 1.0));
+        eprintln!(
+            "async seed {seed}: solve {:.3} -> {:.3}",
+            before.hidden_solve_rate, after.hidden_solve_rate
+        );
+        passed.push(after.hidden_solve_rate >= before.hidden_solve_rate + 0.3);
+    }
+    assert!(
+        passed.iter().filter(|&&p| p).count() >= 2,
+        "learning with async rollouts held for {passed:?} of seeds 3, 4, 5"
+    );
     Ok(())
 }

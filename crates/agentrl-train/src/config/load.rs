@@ -74,8 +74,37 @@ pub fn parse_config_file(path: &Path) -> anyhow::Result<Config> {
 }
 
 fn from_table(raw: toml::Table, origin: String) -> anyhow::Result<Config> {
-    Config::deserialize(toml::Value::Table(raw))
-        .map_err(|err| anyhow::anyhow!("invalid config ({origin}): {err}"))
+    let mut config = Config::deserialize(toml::Value::Table(raw))
+        .map_err(|err| anyhow::anyhow!("invalid config ({origin}): {err}"))?;
+    config.correct_stale_rollouts();
+    Ok(config)
+}
+
+impl Config {
+    /// Asynchronous rollouts (`engine.async_rollouts` with `max_staleness >= 1`) are trained
+    /// on up to `max_staleness` versions old. Unless the config chose a correction
+    /// (`algorithm.rollout_is` / `rollout_rs`, or `bypass_mode`), this applies decoupled PPO
+    /// (ALGORITHMS.md §13): the trainer's own π_old from an old-log-prob pass anchors the
+    /// trust region, and token-level truncated IS weights π_old/π_rollout (at
+    /// `rollout_is_threshold`, verl's 2.0 by default) correct for the stale behaviour policy.
+    /// [`Config::validate`] warns when it did. Idempotent: a run's resolved config keeps it.
+    pub fn correct_stale_rollouts(&mut self) {
+        if !self.stale_rollouts_uncorrected() {
+            return;
+        }
+        let knobs = &mut self.algorithm.knobs;
+        knobs.rollout_is = Some(agentrl_rl::IsLevel::Token);
+        knobs.old_logprob_pass = true;
+    }
+
+    /// Whether rollouts may be stale and the config names no correction for them.
+    fn stale_rollouts_uncorrected(&self) -> bool {
+        let knobs = &self.algorithm.knobs;
+        self.engine.async_rollouts
+            && self.engine.max_staleness >= 1
+            && !knobs.corrects_rollouts()
+            && !knobs.bypass_mode
+    }
 }
 
 /// Deserialises one section on its own, so an error can name the section.

@@ -40,6 +40,40 @@ mod tests {
     }
 
     #[test]
+    fn stale_async_rollouts_get_decoupled_correction_unless_one_is_chosen() -> anyhow::Result<()> {
+        let stale = with(&["engine.async_rollouts=true", "engine.max_staleness=2"])?;
+        assert_eq!(
+            stale.algorithm.knobs.rollout_is,
+            Some(agentrl_rl::IsLevel::Token)
+        );
+        assert!(stale.algorithm.knobs.old_logprob_pass);
+        let v = stale.validate();
+        assert!(v.errors.is_empty(), "{:?}", v.errors);
+        assert!(v.warnings.iter().any(|w| w.contains("decoupled PPO")));
+        // The resolved config, as a run directory stores it, reads back the same.
+        assert_eq!(
+            parse_config_file_from_str(&stale.to_toml()?)?
+                .algorithm
+                .knobs,
+            stale.algorithm.knobs
+        );
+        // A bound of 0 is the synchronous run, and a chosen correction is kept.
+        let fresh = with(&["engine.async_rollouts=true", "engine.max_staleness=0"])?;
+        assert_eq!(fresh.algorithm.knobs.rollout_is, None);
+        let bypass = with(&[
+            "engine.async_rollouts=true",
+            "algorithm.bypass_mode=true",
+            "algorithm.rollout_is=\"sequence\"",
+        ])?;
+        assert_eq!(
+            bypass.algorithm.knobs.rollout_is,
+            Some(agentrl_rl::IsLevel::Sequence)
+        );
+        assert!(!bypass.algorithm.knobs.old_logprob_pass);
+        Ok(())
+    }
+
+    #[test]
     fn the_default_config_is_the_builtin_file_and_names_every_key() -> anyhow::Result<()> {
         let builtin = Config::builtin()?;
         assert_eq!(Config::default(), builtin);

@@ -160,6 +160,20 @@ impl Config {
                 t.stop_at_solve_rate
             ));
         }
+        let e = &self.engine;
+        if e.async_rollouts
+            && e.max_staleness >= 1
+            && a.knobs.rollout_is == Some(agentrl_rl::IsLevel::Token)
+            && a.knobs.old_logprob_pass
+            && !a.overridden.iter().any(|k| k == "rollout_is")
+        {
+            warnings.push(format!(
+                "engine.async_rollouts: rollouts up to {} version(s) old are corrected by \
+                 decoupled PPO (algorithm.rollout_is = \"token\", old_logprob_pass = true); set \
+                 algorithm.rollout_is or bypass_mode to choose another correction",
+                e.max_staleness
+            ));
+        }
         Validation { errors, warnings }
     }
 

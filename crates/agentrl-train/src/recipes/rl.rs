@@ -31,8 +31,8 @@ use crate::policy_stack::{EngineReplica, TrainPolicy};
 use crate::preflight::{preflight, PreflightReport, PreflightSetup};
 use agentrl_rl::KlController;
 use agentrl_rollout::{
-    evaluate_split, run_groups_bounded, Batch, Episode, EvalReport, LiveBound, RolloutLimits,
-    ShuffledCandidates, TokenSource,
+    evaluate_split, run_groups_bounded, Batch, Episode, EvalReport, LiveBound, Prefetched,
+    RolloutLimits, ShuffledCandidates, StalenessBound, TokenSource,
 };
 use agentrl_run::{write_atomic_with, RunDir, TrainState};
 use anyhow::{bail, Context};
@@ -112,6 +112,27 @@ pub struct StepRecord {
     pub eval: Option<EvalReport>,
 }
 
+/// A trainer's [`Sampler`], written as a struct of field borrows (a macro, not a method, so
+/// the borrow checker sees them apart from `self.optimizer`, which the update borrows
+/// mutably while an asynchronous step samples).
+macro_rules! sampler_of {
+    ($trainer:expr) => {
+        Sampler {
+            config: &$trainer.config,
+            tasks: &$trainer.tasks,
+            executor: &$trainer.executor,
+            cache: &$trainer.cache,
+            codec: $trainer.codec.as_ref(),
+            weights: EngineWeights::of(
+                $trainer.policy.as_ref(),
+                $trainer.state.step as u64,
+                $trainer.engine_copy.as_ref(),
+                $trainer.remote.as_ref(),
+            ),
+        }
+    };
+}
+
 /// Everything a run holds in memory.
 pub struct Trainer {
     pub config: Config,
@@ -125,7 +146,7 @@ pub struct Trainer {
     optimizer: AdamW,
     vars: Vec<Var>,
     /// How the policy's episodes become ids and its sampled ids become tool calls.
-    pub codec: Box<dyn ChatCodec + Send>,
+    pub codec: Box<dyn ChatCodec + Send + Sync>,
     tasks: Arc<TaskSet>,
     train_ids: Vec<String>,
     executor: Arc<dyn Executor>,
@@ -140,8 +161,10 @@ pub struct Trainer {
     pub preflight: Option<PreflightReport>,
     /// Inference servers that sample the rollouts (`engine.kind = "vllm"` or `"sglang"`).
     remote: Option<RemoteEngine>,
-    /// Whether this process has synced the servers' weights at least once.
+    /// Whether this process has synced the engine's weights (copy or servers) at least once.
     synced_once: bool,
+    /// The next step's rollouts, sampled during this step's update (`engine.async_rollouts`).
+    prefetched: Option<Prefetched>,
 }
 
 /// Weights an engine samples with, and their version.
@@ -376,6 +399,7 @@ impl Trainer {
             preflight: None,
             remote,
             synced_once: false,
+            prefetched: None,
         })
     }
 
@@ -409,102 +433,10 @@ impl Trainer {
             .collect()
     }
 
-    fn env_config(&self) -> EnvConfig {
-        EnvConfig {
-            max_turns: self.config.rollout.max_turns as u32,
-            reward: self.config.reward.clone(),
-            ..EnvConfig::default()
-        }
-    }
-
-    fn rollout_limits(&self) -> RolloutLimits {
-        RolloutLimits {
-            max_episode_tokens: self.config.model.max_seq,
-            env_threads: self.config.threads().max(2),
-        }
-    }
-
-    fn envs(&self, count: usize) -> Vec<BugFixEnv> {
-        let config = self.env_config();
-        (0..count)
-            .map(|_| {
-                BugFixEnv::new(
-                    self.tasks.clone(),
-                    self.executor.clone(),
-                    self.cache.clone(),
-                    config.clone(),
-                )
-            })
-            .collect()
-    }
-
-    /// Samples `group_size` episodes of each task with the current policy through the local
-    /// engine; with `shuffle_candidates`, each episode sees the task's candidates in a fresh
-    /// order (training only, see `agentrl_rollout::shuffle`).
-    ///
-    /// At most [`MAX_LIVE_EPISODES`] episodes (workspaces, KV caches) live at once: larger
-    /// requests are sampled in chunks of whole groups, a group larger than the bound in
-    /// pieces. Requests within the bound (the default run) are sampled in one go.
-    fn sample(
-        &self,
-        task_ids: &[String],
-        group_size: usize,
-        sampling: &SamplingParams,
-        shuffle_candidates: bool,
-        rng: &mut ChaCha8Rng,
-    ) -> anyhow::Result<Vec<Episode>> {
-        let mut engine = self.rollout_engine()?;
-        let mut make_envs =
-            |n: usize, rng: &mut ChaCha8Rng| -> Vec<ShuffledCandidates<BugFixEnv>> {
-                self.envs(n)
-                    .into_iter()
-                    .map(|env| {
-                        if shuffle_candidates {
-                            ShuffledCandidates::new(env, rng.random())
-                        } else {
-                            ShuffledCandidates::unshuffled(env)
-                        }
-                    })
-                    .collect()
-            };
-        run_groups_bounded(
-            engine.as_mut(),
-            self.codec.as_ref(),
-            sampling,
-            &self.rollout_limits(),
-            &mut make_envs,
-            task_ids,
-            group_size,
-            LiveBound {
-                max_episodes: MAX_LIVE_EPISODES,
-                max_tasks: usize::MAX,
-            },
-            rng,
-        )
-    }
-
-    /// The engine the rollouts sample with: the trainer's own weights, or the engine's copy
-    /// of them; with `engine.logprob_noise`, behind the injected noise.
-    fn rollout_engine(&self) -> anyhow::Result<Box<dyn Engine + Send + '_>> {
-        let kind = self.config.engine.logprobs;
-        let mut engine: Box<dyn Engine + Send + '_> = match (&self.remote, &self.engine_copy) {
-            (Some(remote), _) => Box::new(remote),
-            (None, Some(copy)) => copy.replica.engine(kind, copy.version)?,
-            (None, None) => {
-                let mut engine = self.policy.local_engine(kind);
-                engine.sync_weights(&WeightSync::Shared {
-                    version: self.state.step as u64,
-                })?;
-                engine
-            }
-        };
-        if self.config.engine.logprob_noise > 0.0 {
-            engine = Box::new(NoisyLogprobs::new(
-                engine,
-                self.config.engine.logprob_noise,
-            )?);
-        }
-        Ok(engine)
+    /// What sampling reads: everything but the optimizer, with the engine on the trainer's
+    /// own weights, its copy, or the servers.
+    fn sampler(&self) -> Sampler<'_> {
+        sampler_of!(self)
     }
 
     /// Brings the engine's weights to the trainer's: its local copy (if it has one), or the
@@ -563,12 +495,45 @@ impl Trainer {
             return Ok(());
         }
         if let Some(copy) = &mut self.engine_copy {
-            if copy.version != self.state.step as u64 {
+            if copy.version != self.state.step as u64 || !self.synced_once {
                 copy.replica.refresh(self.policy.as_ref())?;
                 copy.version = self.state.step as u64;
             }
+            self.synced_once = true;
         }
         Ok(())
+    }
+
+    /// How old the engine's weights may be when its rollouts are trained on: up to
+    /// `engine.max_staleness` versions with asynchronous rollouts, none otherwise.
+    fn staleness_bound(&self) -> StalenessBound {
+        let e = &self.config.engine;
+        StalenessBound::new(if e.async_rollouts {
+            e.max_staleness as u64
+        } else {
+            0
+        })
+    }
+
+    /// Syncs the engine's weights to the trainer's unless they are fresh enough for rollouts
+    /// trained on at step `trained_at` ([`StalenessBound::allows`]). The first sync of a
+    /// process always happens: a copy built before a checkpoint loaded holds other weights.
+    fn sync_engine_for(&mut self, trained_at: u64) -> anyhow::Result<()> {
+        let engine_version = EngineWeights::of(
+            self.policy.as_ref(),
+            self.state.step as u64,
+            self.engine_copy.as_ref(),
+            self.remote.as_ref(),
+        )
+        .version();
+        let needs_sync = self.remote.is_some() || self.engine_copy.is_some();
+        if needs_sync
+            && self.synced_once
+            && self.staleness_bound().allows(trained_at, engine_version)
+        {
+            return Ok(());
+        }
+        self.sync_engine_copy()
     }
 
     /// The engine preflight (`engine.preflight`): the engine samples the first prompts of a
@@ -595,7 +560,7 @@ impl Trainer {
             seed: stream(self.config.train.seed, u64::MAX, STREAM_PREFLIGHT).random(),
         };
         let report = {
-            let mut engine = self.rollout_engine()?;
+            let mut engine = self.sampler().engine()?;
             preflight(engine.as_mut(), self.policy.as_ref(), &setup)?
         };
         let json = serde_json::to_vec_pretty(&report)?;
@@ -641,11 +606,16 @@ impl Trainer {
             return self.format_warmup_step();
         }
         let started = Instant::now();
-        self.sync_engine_copy()?;
         let step = self.state.step;
         let seed = self.config.train.seed;
         let group_size = self.config.rollout.group_size;
         let per_step = self.config.rollout.tasks_per_step;
+        let shuffle_candidates = self.config.rollout.shuffle_candidates;
+        // Episodes sampled during the previous step's update (asynchronous rollouts).
+        let mut prefetched = self.prefetched.take().filter(|p| p.step == step as u64);
+        if prefetched.is_none() {
+            self.sync_engine_for(step as u64)?;
+        }
 
         // Rollouts, refilled by extra rounds when dynamic sampling drops groups.
         let mut rollout_rng = stream(seed, step as u64, STREAM_ROLLOUT);
@@ -654,22 +624,28 @@ impl Trainer {
         let mut groups_dropped = 0;
         let sampling = self.config.sampling.clone();
         for round in 0..dapo::sampling_rounds(&self.knobs) {
-            let task_ids = if round == 0 {
-                self.tasks_for_step(step)
+            let ahead = if round == 0 { prefetched.take() } else { None };
+            let mut episodes = if let Some(ahead) = ahead {
+                rollout_rng = ahead.rng;
+                ahead.episodes
             } else {
-                // Fresh draws from the split for the refill rounds.
-                let mut ids = self.train_ids.clone();
-                ids.shuffle(&mut rollout_rng);
-                ids.truncate(per_step);
-                ids
+                let task_ids = if round == 0 {
+                    self.tasks_for_step(step)
+                } else {
+                    // Fresh draws from the split for the refill rounds.
+                    let mut ids = self.train_ids.clone();
+                    ids.shuffle(&mut rollout_rng);
+                    ids.truncate(per_step);
+                    ids
+                };
+                self.sampler().sample(
+                    &task_ids,
+                    group_size,
+                    &sampling,
+                    shuffle_candidates,
+                    &mut rollout_rng,
+                )?
             };
-            let mut episodes = self.sample(
-                &task_ids,
-                group_size,
-                &sampling,
-                self.config.rollout.shuffle_candidates,
-                &mut rollout_rng,
-            )?;
             for ep in &mut episodes {
                 // Unique group ids across rounds.
                 ep.group_id += (round * per_step) as u32;
@@ -692,44 +668,92 @@ impl Trainer {
         let components = gdpo::reward_components(&self.knobs, kept.iter().map(|(e, _)| &e.reward));
         let time_rollout_s = started.elapsed().as_secs_f64();
 
+        // Asynchronous rollouts: the next step's episodes are sampled on the engine's weights
+        // (synced first if they would be too stale) while this step's update runs.
+        let next = step + 1;
+        let sample_ahead =
+            self.staleness_bound().allows_overlap() && next < self.config.train.steps;
+        let next_tasks = if sample_ahead {
+            self.sync_engine_for(next as u64)?;
+            self.tasks_for_step(next)
+        } else {
+            Vec::new()
+        };
+        let action_budget = self.action_budget() as f64;
+
         let update_started = Instant::now();
         let lr = learning_rate(&self.config.optim, step, self.config.train.steps);
-        let update_metrics = if kept.is_empty() {
-            // Every group had equal rewards: no signal this step (DAPO would keep sampling).
-            UpdateMetrics::default()
-        } else {
-            let episodes: Vec<Episode> = kept.iter().map(|(e, _)| e.clone()).collect();
-            let mut batch = Batch::from_episodes(&episodes, self.codec.pad_id(), &self.device)?;
-            batch.rewards = kept.iter().map(|(_, r)| *r).collect();
-            let setup = UpdateSetup {
-                policy: self.policy.as_ref(),
-                reference: self.reference.as_deref().map(|r| r as &dyn Policy),
-                algorithm: self.algorithm,
-                knobs: &self.knobs,
-                kl_coef: self.kl.value(),
-                temperature: self.config.sampling.temperature,
-                lr,
-                grad_clip: self.config.optim.grad_clip,
-                max_len: self.action_budget() as f64,
-                measure_mismatch: self.remote.is_some()
-                    || self.engine_copy.is_some()
-                    || self.config.engine.logprob_noise > 0.0
-                    || self.config.engine.logprobs != LogprobKind::TemperatureScaled,
+        // Field by field (the macro), so the update below may borrow the optimizer mutably.
+        let sampler = sampler_of!(self);
+        if sample_ahead && matches!(sampler.weights, EngineWeights::Trainer { .. }) {
+            bail!("asynchronous rollouts need the engine's own weights (a copy or servers)");
+        }
+        let (update_metrics, ahead) = std::thread::scope(|scope| {
+            let ahead = sample_ahead.then(|| {
+                let sampling = &sampling;
+                let sampler = &sampler;
+                let next_tasks = &next_tasks;
+                scope.spawn(move || -> anyhow::Result<Prefetched> {
+                    let mut rng = stream(seed, next as u64, STREAM_ROLLOUT);
+                    let episodes = sampler.sample(
+                        next_tasks,
+                        group_size,
+                        sampling,
+                        shuffle_candidates,
+                        &mut rng,
+                    )?;
+                    Ok(Prefetched {
+                        step: next as u64,
+                        episodes,
+                        rng,
+                    })
+                })
+            });
+            let update_metrics = if kept.is_empty() {
+                // Every group had equal rewards: no signal this step (DAPO would keep sampling).
+                UpdateMetrics::default()
+            } else {
+                let episodes: Vec<Episode> = kept.iter().map(|(e, _)| e.clone()).collect();
+                let mut batch = Batch::from_episodes(&episodes, self.codec.pad_id(), &self.device)?;
+                batch.rewards = kept.iter().map(|(_, r)| *r).collect();
+                let setup = UpdateSetup {
+                    policy: self.policy.as_ref(),
+                    reference: self.reference.as_deref().map(|r| r as &dyn Policy),
+                    algorithm: self.algorithm,
+                    knobs: &self.knobs,
+                    kl_coef: self.kl.value(),
+                    temperature: self.config.sampling.temperature,
+                    lr,
+                    grad_clip: self.config.optim.grad_clip,
+                    max_len: action_budget,
+                    measure_mismatch: self.remote.is_some()
+                        || self.engine_copy.is_some()
+                        || self.config.engine.logprob_noise > 0.0
+                        || self.config.engine.logprobs != LogprobKind::TemperatureScaled,
+                };
+                let extras = BatchExtras {
+                    reward_baselines: baselines.as_deref(),
+                    reward_components: components.as_deref(),
+                };
+                let mut shuffle = stream(seed, step as u64, STREAM_SHUFFLE);
+                update_with(
+                    &setup,
+                    &extras,
+                    &mut self.optimizer,
+                    &self.vars,
+                    &batch,
+                    &mut shuffle,
+                )?
             };
-            let extras = BatchExtras {
-                reward_baselines: baselines.as_deref(),
-                reward_components: components.as_deref(),
+            let ahead = match ahead {
+                Some(handle) => Some(handle.join().map_err(|_| {
+                    anyhow::anyhow!("the rollout thread sampling step {next} panicked")
+                })??),
+                None => None,
             };
-            let mut shuffle = stream(seed, step as u64, STREAM_SHUFFLE);
-            update_with(
-                &setup,
-                &extras,
-                &mut self.optimizer,
-                &self.vars,
-                &batch,
-                &mut shuffle,
-            )?
-        };
+            anyhow::Ok((update_metrics, ahead))
+        })?;
+        self.prefetched = ahead;
         if let Some(kl) = update_metrics.kl_ref {
             self.kl.update(kl, 1)?;
         }
@@ -804,7 +828,9 @@ impl Trainer {
         };
         let mut rng = stream(self.config.train.seed, step as u64, STREAM_GREEDY);
         let shuffle = self.config.rollout.shuffle_candidates;
-        let runs = self.sample(&tasks, 1, &greedy, shuffle, &mut rng)?;
+        let runs = self
+            .sampler()
+            .sample(&tasks, 1, &greedy, shuffle, &mut rng)?;
         let mut rewards: Vec<f32> = runs.iter().map(|e| e.reward.score).collect();
         let lens: Vec<usize> = runs.iter().map(Episode::action_tokens).collect();
         dapo::shape_rewards(&self.knobs, &mut rewards, &lens, self.action_budget())?;
@@ -973,14 +999,163 @@ impl Trainer {
             engine.as_mut(),
             self.codec.as_ref(),
             &sampling,
-            &self.rollout_limits(),
+            &self.sampler().rollout_limits(),
             split.as_str(),
             &ids,
             samples,
             k,
             MAX_LIVE_EPISODES,
-            &mut |n| self.envs(n),
+            &mut |n| self.sampler().envs(n),
             &mut rng,
+        )
+    }
+}
+
+/// Where a rollout engine reads its weights.
+#[derive(Clone, Copy)]
+enum EngineWeights<'a> {
+    /// The trainer's own weights (synchronous runs in f32): they change under an update, so
+    /// an engine on them never samples during one.
+    Trainer {
+        policy: &'a dyn TrainPolicy,
+        version: u64,
+    },
+    /// The engine's copy ([`EngineCopy`]).
+    Copy(&'a EngineCopy),
+    /// Inference servers, at the version last synced to them.
+    Remote(&'a RemoteEngine),
+}
+
+impl<'a> EngineWeights<'a> {
+    fn of(
+        policy: &'a dyn TrainPolicy,
+        version: u64,
+        copy: Option<&'a EngineCopy>,
+        remote: Option<&'a RemoteEngine>,
+    ) -> Self {
+        match (remote, copy) {
+            (Some(remote), _) => Self::Remote(remote),
+            (None, Some(copy)) => Self::Copy(copy),
+            (None, None) => Self::Trainer { policy, version },
+        }
+    }
+
+    /// The weight version the engine samples with.
+    fn version(&self) -> u64 {
+        match self {
+            Self::Trainer { version, .. } => *version,
+            Self::Copy(copy) => copy.version,
+            Self::Remote(remote) => remote.weight_version(),
+        }
+    }
+}
+
+/// What sampling reads of a [`Trainer`]: the tasks, the gym, the codec and the engine's
+/// weights; not the optimizer. Borrowed apart from it, so an asynchronous step samples the
+/// next step's rollouts on the engine's weights while the update changes the trainer's.
+struct Sampler<'a> {
+    config: &'a Config,
+    tasks: &'a Arc<TaskSet>,
+    executor: &'a Arc<dyn Executor>,
+    cache: &'a Arc<OutcomeCache>,
+    codec: &'a (dyn ChatCodec + Send + Sync),
+    weights: EngineWeights<'a>,
+}
+
+impl<'a> Sampler<'a> {
+    fn env_config(&self) -> EnvConfig {
+        EnvConfig {
+            max_turns: self.config.rollout.max_turns as u32,
+            reward: self.config.reward.clone(),
+            ..EnvConfig::default()
+        }
+    }
+
+    fn rollout_limits(&self) -> RolloutLimits {
+        RolloutLimits {
+            max_episode_tokens: self.config.model.max_seq,
+            env_threads: self.config.threads().max(2),
+        }
+    }
+
+    fn envs(&self, count: usize) -> Vec<BugFixEnv> {
+        let config = self.env_config();
+        (0..count)
+            .map(|_| {
+                BugFixEnv::new(
+                    self.tasks.clone(),
+                    self.executor.clone(),
+                    self.cache.clone(),
+                    config.clone(),
+                )
+            })
+            .collect()
+    }
+
+    /// The engine the rollouts sample with; with `engine.logprob_noise`, behind the injected
+    /// noise.
+    fn engine(&self) -> anyhow::Result<Box<dyn Engine + Send + 'a>> {
+        let kind = self.config.engine.logprobs;
+        let mut engine: Box<dyn Engine + Send + 'a> = match self.weights {
+            EngineWeights::Remote(remote) => Box::new(remote),
+            EngineWeights::Copy(copy) => copy.replica.engine(kind, copy.version)?,
+            EngineWeights::Trainer { policy, version } => {
+                let mut engine = policy.local_engine(kind);
+                engine.sync_weights(&WeightSync::Shared { version })?;
+                engine
+            }
+        };
+        if self.config.engine.logprob_noise > 0.0 {
+            engine = Box::new(NoisyLogprobs::new(
+                engine,
+                self.config.engine.logprob_noise,
+            )?);
+        }
+        Ok(engine)
+    }
+
+    /// Samples `group_size` episodes of each task; with `shuffle_candidates`, each episode
+    /// sees the task's candidates in a fresh order (training only, see
+    /// `agentrl_rollout::shuffle`).
+    ///
+    /// At most [`MAX_LIVE_EPISODES`] episodes (workspaces, KV caches) live at once: larger
+    /// requests are sampled in chunks of whole groups, a group larger than the bound in
+    /// pieces. Requests within the bound (the default run) are sampled in one go.
+    fn sample(
+        &self,
+        task_ids: &[String],
+        group_size: usize,
+        sampling: &SamplingParams,
+        shuffle_candidates: bool,
+        rng: &mut ChaCha8Rng,
+    ) -> anyhow::Result<Vec<Episode>> {
+        let mut engine = self.engine()?;
+        let mut make_envs =
+            |n: usize, rng: &mut ChaCha8Rng| -> Vec<ShuffledCandidates<BugFixEnv>> {
+                self.envs(n)
+                    .into_iter()
+                    .map(|env| {
+                        if shuffle_candidates {
+                            ShuffledCandidates::new(env, rng.random())
+                        } else {
+                            ShuffledCandidates::unshuffled(env)
+                        }
+                    })
+                    .collect()
+            };
+        run_groups_bounded(
+            engine.as_mut(),
+            self.codec,
+            sampling,
+            &self.rollout_limits(),
+            &mut make_envs,
+            task_ids,
+            group_size,
+            LiveBound {
+                max_episodes: MAX_LIVE_EPISODES,
+                max_tasks: usize::MAX,
+            },
+            rng,
         )
     }
 }
@@ -996,7 +1171,7 @@ fn build_tiny(
 ) -> anyhow::Result<(
     Box<dyn TrainPolicy>,
     Option<Box<dyn TrainPolicy>>,
-    Box<dyn ChatCodec + Send>,
+    Box<dyn ChatCodec + Send + Sync>,
 )> {
     let device = Device::Cpu;
     let codec = tiny_codec(config.rollout.max_action_tokens);
@@ -1032,7 +1207,7 @@ fn build_qwen3(
 ) -> anyhow::Result<(
     Box<dyn TrainPolicy>,
     Option<Box<dyn TrainPolicy>>,
-    Box<dyn ChatCodec + Send>,
+    Box<dyn ChatCodec + Send + Sync>,
 )> {
     let dir = config.model.dir.as_deref().context(
         "model.kind = \"qwen3\" needs a model folder: set model.dir or pass --model DIR",
