@@ -559,3 +559,55 @@ fn training_with_async_rollouts_raises_the_solve_rate() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+/// A known mismatch (Gaussian noise of 0.5 nats on every engine log-prob) is seen by the
+/// metrics, and token-level TIS (ALGORITHMS.md §13: `w_t = min(π_old/π_rollout, C)`,
+/// detached, on the surrogate) changes the update: the same rollouts give another loss and
+/// other weights, with every IS weight at most C.
+#[test]
+fn truncated_is_reweights_the_update_under_an_injected_mismatch() -> anyhow::Result<()> {
+    let base = [
+        "train.steps=4",
+        "train.checkpoint_every=0",
+        "train.episodes_every=0",
+        "rollout.tasks_per_step=2",
+        "rollout.group_size=8",
+        "optim.lr=1e-2",
+        "engine.logprob_noise=0.5",
+        "algorithm.old_logprob_pass=true",
+    ];
+    let mut runs = Vec::new();
+    for (name, extra) in [
+        ("plain", None),
+        ("tis", Some("algorithm.rollout_is=\"token\"")),
+    ] {
+        let mut sets = base.to_vec();
+        sets.extend(extra);
+        let (_tmp, mut trainer) = small_trainer(2, name, &sets)?;
+        let records = train_steps(&mut trainer)?;
+        runs.push((records, weights_of(&trainer)?));
+    }
+    let (plain, tis) = (&runs[0].0, &runs[1].0);
+    // The first step with a learning signal; the steps before it only follow the entropy
+    // bonus, which the IS weights do not touch, so both runs sampled the same rollouts.
+    let at = plain
+        .iter()
+        .position(|r| r.update.advantage_abs_mean > 0.0)
+        .expect("a step with unequal rewards in a group");
+    let corr = |r: &StepRecord, key: &str| r.update.rollout_corr.get(key).copied();
+    assert_eq!(plain[at].reward, tis[at].reward);
+    let kl = corr(&plain[at], "rollout_corr/k3_kl").unwrap_or(0.0);
+    assert!(kl > 0.05, "noise of 0.5 nats shows: k3 {kl}");
+    assert_eq!(Some(kl), corr(&tis[at], "rollout_corr/k3_kl"));
+    assert_eq!(corr(&plain[at], "rollout_corr/rollout_is_mean"), None);
+    // TIS weighs the surrogate by truncated ratios: at most C = 2, not all 1.
+    let max = corr(&tis[at], "rollout_corr/rollout_is_max").unwrap_or(f64::NAN);
+    let mean = corr(&tis[at], "rollout_corr/rollout_is_mean").unwrap_or(f64::NAN);
+    let (p, t) = (plain[at].update.policy_loss, tis[at].update.policy_loss);
+    eprintln!("step {at}: k3 {kl:.4}; IS weights max {max:.4}, mean {mean:.4}; policy loss {p:.5} -> {t:.5}");
+    assert!(max <= 2.0 + 1e-6, "{max}");
+    assert!((mean - 1.0).abs() > 0.01, "{mean}");
+    assert!((p - t).abs() > 1e-6, "policy loss {p} vs {t}");
+    assert_ne!(runs[0].1, runs[1].1, "the correction changed the update");
+    Ok(())
+}
