@@ -11,6 +11,7 @@ mod bench;
 mod chat;
 mod dashboard;
 mod doctor;
+mod plan;
 mod replay;
 mod score;
 mod serve;
@@ -49,6 +50,8 @@ pub enum Command {
     Doctor(doctor::DoctorArgs),
     /// Play a run's policy on one task and print the transcript.
     Replay(replay::ReplayArgs),
+    /// Where a training step's memory and tokens go, before it runs.
+    Plan(plan::PlanArgs),
 }
 
 /// Set by the first Ctrl-C once [`catch_interrupts`] ran.
@@ -110,6 +113,7 @@ pub fn main() -> ExitCode {
         Command::Dashboard(args) => dashboard::dashboard(args),
         Command::Doctor(args) => doctor::doctor(args),
         Command::Replay(args) => replay::replay(args),
+        Command::Plan(args) => plan::plan(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

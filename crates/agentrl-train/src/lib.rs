@@ -18,6 +18,7 @@ pub mod algo;
 pub mod config;
 pub mod metrics;
 pub mod optim;
+pub mod plan;
 pub mod policy_stack;
 pub mod preflight;
 pub mod recipes;

@@ -255,12 +255,13 @@ fn only_the_newest_checkpoints_are_kept() -> anyhow::Result<()> {
 #[test]
 fn a_steps_memory_estimate_is_modest_for_the_default_and_grows_with_the_batch() -> anyhow::Result<()>
 {
-    use agentrl_train::recipes::rl::{estimate_step_bytes, tiny_codec};
-    let vocab = tiny_codec(6).vocab().len();
-    let default = estimate_step_bytes(&Config::builtin()?, vocab);
+    use agentrl_train::plan::{ModelShape, StepPlan};
+    let peak = |config: &Config| -> anyhow::Result<f64> {
+        Ok(StepPlan::new(config, ModelShape::of(config)?).peak(false))
+    };
+    let default = peak(&Config::builtin()?)?;
     assert!(default < 1e9, "default run estimated at {default} bytes");
-    let big = load_config(None, &["rollout.group_size=100".into()])?;
-    let big = estimate_step_bytes(&big, vocab);
+    let big = peak(&load_config(None, &["rollout.group_size=100".into()])?)?;
     assert!(
         big > 5.0 * default && big < 20.0 * default,
         "{big} vs {default}"

@@ -1397,30 +1397,6 @@ fn checked_tasks(config: &Config) -> anyhow::Result<TaskSet> {
     Ok(tasks)
 }
 
-/// A step's peak memory, estimated from the config (bytes): the update's batched forward and
-/// backward over every kept episode (logits and log-softmax over the vocabulary, per-layer
-/// activations, attention maps; divided among minibatches), the live rollout episodes (KV
-/// cache and gym workspace, at most [`MAX_LIVE_EPISODES`]) and every episode's record. An
-/// upper bound calibrated on the default run (about 6 MB per episode measured, 10 estimated).
-pub fn estimate_step_bytes(config: &Config, vocab: usize) -> f64 {
-    let m = &config.model;
-    let episodes = (config.rollout.tasks_per_step * config.rollout.group_size) as f64;
-    let t = m.max_seq as f64;
-    let per_update_episode = 4.0
-        * t
-        * (4.0 * vocab as f64
-            + 16.0 * (m.d_model * m.layers) as f64
-            + 3.0 * (m.heads * m.layers) as f64 * t);
-    let minibatches = config.algorithm.knobs.minibatches.max(1) as f64;
-    let update = episodes / minibatches.min(episodes.max(1.0)) * per_update_episode;
-    let per_live_episode = 4.0 * t * (2 * m.d_model * m.layers) as f64 + 256.0 * 1024.0;
-    let live = episodes.min(MAX_LIVE_EPISODES as f64) * per_live_episode;
-    let records = episodes * t * 32.0;
-    let weights =
-        3.0 * 4.0 * (vocab * m.d_model * 2 + 12 * m.d_model * m.d_model * m.layers) as f64;
-    update + live + records + weights
-}
-
 /// Available memory (Linux `MemAvailable`), bytes; `None` where unknown.
 fn available_memory() -> Option<f64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
@@ -1429,28 +1405,33 @@ fn available_memory() -> Option<f64> {
     Some(kb * 1024.0)
 }
 
-/// Refuses a config whose estimated step memory ([`estimate_step_bytes`]) exceeds the
-/// machine's available memory; warns above half of it.
+/// Refuses a TinyAgent config whose step ([`crate::plan::StepPlan`]) would not fit in the
+/// machine's available memory, and warns above half of it. For Qwen3 it only warns: its
+/// update may run on a GPU, whose memory is not the host's.
 fn check_memory(config: &Config) -> anyhow::Result<Vec<String>> {
-    let vocab = tiny_codec(config.rollout.max_action_tokens).vocab().len();
-    let need = estimate_step_bytes(config, vocab);
+    let plan = crate::plan::StepPlan::new(config, crate::plan::ModelShape::of(config)?);
+    let need = plan.peak(config.engine.async_rollouts);
     let gb = |b: f64| b / 1e9;
     let shape = format!(
         "rollout.tasks_per_step = {} x rollout.group_size = {} episodes of up to \
-         model.max_seq = {} tokens",
-        config.rollout.tasks_per_step, config.rollout.group_size, config.model.max_seq
+         model.max_seq = {} tokens, {} per micro-batch; see `agentrl plan`",
+        config.rollout.tasks_per_step,
+        config.rollout.group_size,
+        config.model.max_seq,
+        plan.episodes_per_microbatch
     );
+    let advice = "lower rollout.tasks_per_step, rollout.group_size or model.max_seq, or raise \
+                  algorithm.minibatches";
     match available_memory() {
-        Some(have) if need > have => bail!(
+        Some(have) if need > have && config.model.kind == ModelKind::Tiny => bail!(
             "a training step would need about {:.1} GB of memory ({shape}) and this machine \
-             has {:.1} GB available; lower rollout.tasks_per_step or rollout.group_size, or \
-             raise algorithm.minibatches",
+             has {:.1} GB available; {advice}",
             gb(need),
             gb(have)
         ),
         Some(have) if need > have / 2.0 => Ok(vec![format!(
             "a training step may need about {:.1} GB of memory ({shape}), more than half of \
-             the {:.1} GB available",
+             the {:.1} GB available here; {advice}",
             gb(need),
             gb(have)
         )]),

@@ -1,0 +1,381 @@
+//! The plan of a run before it runs: where a training step's memory and tokens go, from the
+//! config and the model's shape alone (no weights read, nothing sampled).
+//!
+//! Where it sits: beside the trainer, before it. `agentrl plan --config …` prints it, and
+//! [`crate::recipes::rl::Trainer::create`] refuses a config whose step would not fit in the
+//! machine's memory.
+//!
+//! The model of memory is this implementation's, counted tensor by tensor (f32 compute):
+//! - **weights** in their dtype; **gradients** and AdamW's two moments in f32 for the
+//!   trainable ones (all of TinyAgent; the LoRA factors of Qwen3, or every weight without);
+//! - **activations per micro-batch**: what autograd keeps for the backward pass, per token and
+//!   layer (the block's inputs, norms, projections, MLP branches; attention keeps no `T × T`
+//!   matrix, its backward recomputes the probabilities), plus the head: TinyAgent scores the
+//!   full vocabulary at every position, Qwen3 only at the loss positions
+//!   (`Policy::forward_at`); the backward pass adds one layer's gradients at a time;
+//! - **KV cache** of a rollout batch: keys and values of every live episode, at the engine's
+//!   dtype, up to `model.max_seq` tokens.
+//!
+//! Token counts use `model.max_seq` per episode, an upper bound: a step's real episodes are
+//! shorter, so the plan errs on the side of memory that is there.
+
+use std::path::Path;
+
+use agentrl_model::qwen3::Qwen3Config;
+use anyhow::Context;
+use serde::Serialize;
+
+use crate::config::{Config, ModelKind};
+
+/// Floats autograd keeps per token and layer, in units of the hidden size and the MLP width
+/// (counted on the block's forward: see the module doc).
+const SAVED_HIDDEN_PER_LAYER: f64 = 10.0;
+const SAVED_MLP_PER_LAYER: f64 = 4.0;
+/// Vocabulary rows alive per scored position at the update's peak: the logits, their
+/// log-softmax, the (detached) entropy's softmax and product, the backward's gradients and
+/// the allocator's transients between them. Counted from the update's ops, then set to what
+/// the counting-allocator test (`tests/plan_memory.rs`) measures on a tiny Qwen3 (11.4 rows).
+const VOCAB_ROWS: f64 = 11.0;
+/// More rows when the entropy bonus is trained (`entropy_coef != 0`): its softmax,
+/// log-softmax and product stay in the graph, with their gradients.
+const VOCAB_ROWS_ENTROPY_BONUS: f64 = 5.0;
+/// More rows for TinyAgent's action grammar (`ConstrainedPolicy`): the gathered bias and the
+/// biased logits.
+const VOCAB_ROWS_GRAMMAR: f64 = 2.0;
+
+/// The shape of a policy, enough to count its memory.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelShape {
+    pub name: String,
+    pub parameters: usize,
+    pub trainable: usize,
+    pub layers: usize,
+    pub hidden: usize,
+    pub mlp: usize,
+    pub vocab: usize,
+    /// Key and value width per token and layer (`num_key_value_heads × head_dim`).
+    pub kv_width: usize,
+    /// Bytes per weight (2 for bf16, 4 for f32).
+    pub weight_bytes: usize,
+    /// Whether the LM head is computed only at the loss positions (Qwen3) or at every one.
+    pub head_at_loss_positions: bool,
+    /// Whether a logit bias (TinyAgent's action grammar) is added to every row.
+    pub grammar_bias: bool,
+}
+
+impl ModelShape {
+    /// TinyAgent as `[model]` builds it (every weight trainable, f32).
+    pub fn tiny(config: &Config) -> anyhow::Result<Self> {
+        let codec = crate::recipes::rl::tiny_codec(config.rollout.max_action_tokens);
+        let tiny = crate::recipes::rl::tiny_config(config, &codec);
+        let model = agentrl_model::TinyAgent::new(tiny, 0, &candle_core::Device::Cpu)
+            .context("building TinyAgent's shape")?;
+        let m = &config.model;
+        let parameters = model.num_parameters();
+        Ok(Self {
+            name: format!(
+                "TinyAgent (d_model {}, {} layers, vocab {})",
+                m.d_model,
+                m.layers,
+                codec.vocab().len()
+            ),
+            parameters,
+            trainable: parameters,
+            layers: m.layers,
+            hidden: m.d_model,
+            mlp: m.d_model * m.mlp_ratio,
+            vocab: codec.vocab().len(),
+            kv_width: m.d_model,
+            weight_bytes: 4,
+            head_at_loss_positions: false,
+            grammar_bias: config.model.action_vocab
+                != agentrl_chat::tiny::grammar::ActionVocab::Full,
+        })
+    }
+
+    /// Qwen3 from its `config.json`, with `[qwen3]`'s LoRA rank (0 = every weight trains)
+    /// and dtype.
+    pub fn qwen3(config: &Config, model_config: &Path) -> anyhow::Result<Self> {
+        let q = Qwen3Config::from_file(model_config)
+            .with_context(|| format!("reading {}", model_config.display()))?;
+        let shapes = q.weight_shapes();
+        let parameters: usize = shapes
+            .iter()
+            .map(|(_, s)| s.iter().product::<usize>())
+            .sum();
+        let rank = config.qwen3.lora_rank;
+        let trainable = if rank == 0 {
+            parameters
+        } else {
+            // PEFT's factors A [r, in] and B [out, r] on every projection of every layer.
+            let (h, i) = (q.hidden_size, q.intermediate_size);
+            let (qw, kv) = (
+                q.num_attention_heads * q.head_dim,
+                q.num_key_value_heads * q.head_dim,
+            );
+            let per_layer = [(h, qw), (h, kv), (h, kv), (qw, h), (h, i), (h, i), (i, h)]
+                .iter()
+                .map(|(input, output)| rank * (input + output))
+                .sum::<usize>();
+            per_layer * q.num_hidden_layers
+        };
+        let weight_bytes = match config.qwen3.dtype.as_str() {
+            "bf16" | "f16" => 2,
+            _ => 4,
+        };
+        Ok(Self {
+            name: format!(
+                "Qwen3 (hidden {}, {} layers, {})",
+                q.hidden_size,
+                q.num_hidden_layers,
+                if rank == 0 {
+                    "full fine-tune".to_string()
+                } else {
+                    format!("LoRA r={rank}")
+                }
+            ),
+            parameters,
+            trainable,
+            layers: q.num_hidden_layers,
+            hidden: q.hidden_size,
+            mlp: q.intermediate_size,
+            vocab: q.vocab_size,
+            kv_width: q.num_key_value_heads * q.head_dim,
+            weight_bytes,
+            head_at_loss_positions: true,
+            grammar_bias: false,
+        })
+    }
+
+    /// The shape `config` trains: TinyAgent, or Qwen3 from `model.dir`'s `config.json`.
+    pub fn of(config: &Config) -> anyhow::Result<Self> {
+        match config.model.kind {
+            ModelKind::Tiny => Self::tiny(config),
+            ModelKind::Qwen3 => {
+                let dir = config
+                    .model
+                    .dir
+                    .as_deref()
+                    .context("model.kind = \"qwen3\" needs model.dir (or --model DIR)")?;
+                Self::qwen3(config, &Path::new(dir).join("config.json"))
+            }
+        }
+    }
+}
+
+/// Memory (bytes) and tokens of one training step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepPlan {
+    pub model: ModelShape,
+    pub episodes_per_step: usize,
+    pub episodes_per_microbatch: usize,
+    /// Tokens per episode the plan assumes (`model.max_seq`, an upper bound).
+    pub tokens_per_episode: usize,
+    pub tokens_per_step: usize,
+    /// Positions the loss reads per episode (action tokens, bounded by the turn budget).
+    pub loss_tokens_per_episode: usize,
+    pub weights: f64,
+    /// The frozen reference policy for KL, when the preset uses one.
+    pub reference: f64,
+    pub gradients: f64,
+    pub optimizer: f64,
+    pub activations_per_microbatch: f64,
+    pub kv_cache: f64,
+    /// The update's peak: weights, reference, gradients, optimizer state and one
+    /// micro-batch's activations.
+    pub update_peak: f64,
+    /// The rollout's peak: weights (and the engine's own copy, if any) and the KV cache (0
+    /// with an inference server: its memory is its own).
+    pub rollout_peak: f64,
+}
+
+impl StepPlan {
+    /// The plan of `config`'s step for a model of `shape`.
+    pub fn new(config: &Config, shape: ModelShape) -> Self {
+        let episodes = config.rollout.tasks_per_step * config.rollout.group_size;
+        let minibatches = config.algorithm.knobs.minibatches.clamp(1, episodes.max(1));
+        let per_microbatch = episodes.div_ceil(minibatches);
+        let t = config.model.max_seq;
+        let loss_tokens = (config.rollout.max_turns * config.rollout.max_action_tokens).min(t);
+        self::StepPlan::for_batch(config, shape, episodes, per_microbatch, t, loss_tokens)
+    }
+
+    /// The plan for a batch of `episodes` episodes of `tokens` tokens (`loss_tokens` of them
+    /// scored), updated `per_microbatch` at a time.
+    pub fn for_batch(
+        config: &Config,
+        shape: ModelShape,
+        episodes: usize,
+        per_microbatch: usize,
+        tokens: usize,
+        loss_tokens: usize,
+    ) -> Self {
+        const F32: f64 = 4.0;
+        let weights = (shape.parameters * shape.weight_bytes) as f64;
+        let knobs = &config.algorithm.knobs;
+        let reference = if knobs.kl_coef > 0.0 || knobs.kl_target.is_some() {
+            weights
+        } else {
+            0.0
+        };
+        let gradients = shape.trainable as f64 * F32;
+        let optimizer = 2.0 * shape.trainable as f64 * F32;
+        let scored = if shape.head_at_loss_positions {
+            loss_tokens
+        } else {
+            tokens
+        };
+        let (h, mlp, layers) = (shape.hidden as f64, shape.mlp as f64, shape.layers as f64);
+        let per_token_layer = SAVED_HIDDEN_PER_LAYER * h + SAVED_MLP_PER_LAYER * mlp;
+        let microbatch_tokens = (per_microbatch * tokens) as f64;
+        let mut vocab_rows = VOCAB_ROWS;
+        if knobs.entropy_coef != 0.0 {
+            vocab_rows += VOCAB_ROWS_ENTROPY_BONUS;
+        }
+        if shape.grammar_bias {
+            vocab_rows += VOCAB_ROWS_GRAMMAR;
+        }
+        // Saved activations of every layer, one layer's gradients in flight, and the head.
+        let activations = F32
+            * (microbatch_tokens * per_token_layer * (layers + 1.0)
+                + (per_microbatch * scored) as f64 * vocab_rows * shape.vocab as f64);
+        let engine_bytes = if config.engine.dtype == "bf16" {
+            2.0
+        } else {
+            F32
+        };
+        let live = episodes.min(crate::recipes::rl::MAX_LIVE_EPISODES);
+        // A server's KV cache and weights are its own, not this process's.
+        let local_engine = config.engine.kind == crate::config::EngineKind::Local;
+        let kv_cache = if local_engine {
+            engine_bytes * 2.0 * layers * shape.kv_width as f64 * (live * tokens) as f64
+        } else {
+            0.0
+        };
+        let engine_copy =
+            if local_engine && (config.engine.dtype != "f32" || config.engine.async_rollouts) {
+                shape.parameters as f64 * engine_bytes
+            } else {
+                0.0
+            };
+        Self {
+            episodes_per_step: episodes,
+            episodes_per_microbatch: per_microbatch,
+            tokens_per_episode: tokens,
+            tokens_per_step: episodes * tokens,
+            loss_tokens_per_episode: loss_tokens,
+            weights,
+            reference,
+            gradients,
+            optimizer,
+            activations_per_microbatch: activations,
+            kv_cache,
+            update_peak: weights + reference + gradients + optimizer + activations,
+            rollout_peak: weights + reference + engine_copy + kv_cache,
+            model: shape,
+        }
+    }
+
+    /// The step's peak: the larger of the update's and the rollout's (they do not overlap in
+    /// a synchronous run; with asynchronous rollouts they do, and both count).
+    pub fn peak(&self, async_rollouts: bool) -> f64 {
+        if async_rollouts {
+            self.update_peak + self.kv_cache
+        } else {
+            self.update_peak.max(self.rollout_peak)
+        }
+    }
+
+    /// The plan as a table, for the terminal.
+    pub fn table(&self, async_rollouts: bool) -> String {
+        let gb = |b: f64| format!("{:>10.3} GB", b / 1e9);
+        let m = &self.model;
+        let mut out = String::new();
+        out.push_str(&format!(
+            "model       {}\nparameters  {} ({} trainable)\n",
+            m.name,
+            count(m.parameters),
+            count(m.trainable)
+        ));
+        out.push_str(&format!(
+            "step        {} episodes × ≤ {} tokens = ≤ {} tokens; {} per micro-batch; ≤ {} loss tokens per episode\n",
+            self.episodes_per_step,
+            self.tokens_per_episode,
+            count(self.tokens_per_step),
+            self.episodes_per_microbatch,
+            self.loss_tokens_per_episode
+        ));
+        for (label, bytes) in [
+            ("weights", self.weights),
+            ("reference", self.reference),
+            ("gradients", self.gradients),
+            ("optimizer (AdamW m, v)", self.optimizer),
+            ("activations / micro-batch", self.activations_per_microbatch),
+            ("KV cache / rollout batch", self.kv_cache),
+            ("update peak", self.update_peak),
+            ("rollout peak", self.rollout_peak),
+            ("step peak", self.peak(async_rollouts)),
+        ] {
+            out.push_str(&format!("  {label:<28}{}\n", gb(bytes)));
+        }
+        out
+    }
+}
+
+/// `1234567` as `1.23M`.
+fn count(n: usize) -> String {
+    let n = n as f64;
+    if n >= 1e9 {
+        format!("{:.2}B", n / 1e9)
+    } else if n >= 1e6 {
+        format!("{:.2}M", n / 1e6)
+    } else if n >= 1e3 {
+        format!("{:.1}k", n / 1e3)
+    } else {
+        format!("{n}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lora_trains_a_small_fraction_and_the_head_scores_only_loss_positions() -> anyhow::Result<()>
+    {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("config.json");
+        // Qwen3-0.6B's architecture.
+        std::fs::write(
+            &path,
+            r#"{"vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072,
+                "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8,
+                "head_dim": 128, "rms_norm_eps": 1e-6, "rope_theta": 1000000,
+                "tie_word_embeddings": true, "max_position_embeddings": 40960}"#,
+        )?;
+        let mut config = crate::config::load_config(None, &[])?;
+        config.model.kind = ModelKind::Qwen3;
+        config.qwen3.lora_rank = 16;
+        let lora = ModelShape::qwen3(&config, &path)?;
+        assert!(
+            (5.9e8..6.0e8).contains(&(lora.parameters as f64)),
+            "{}",
+            lora.parameters
+        );
+        assert!(lora.trainable * 50 < lora.parameters);
+        config.qwen3.lora_rank = 0;
+        let full = ModelShape::qwen3(&config, &path)?;
+        assert_eq!(full.trainable, full.parameters);
+        let (a, b) = (
+            StepPlan::new(&config, lora),
+            StepPlan::new(&config, full.clone()),
+        );
+        assert!(b.optimizer > 40.0 * a.optimizer);
+        // Longer episodes with the same loss positions grow the layers' share only.
+        let short = StepPlan::for_batch(&config, full.clone(), 8, 8, 512, 64);
+        let long = StepPlan::for_batch(&config, full, 8, 8, 1024, 64);
+        assert!(long.activations_per_microbatch < 2.0 * short.activations_per_microbatch);
+        assert_eq!(long.kv_cache, 2.0 * short.kv_cache);
+        Ok(())
+    }
+}

@@ -1,0 +1,95 @@
+//! `agentrl plan --config …`: where a training step's memory and tokens go, printed before
+//! anything runs (`agentrl_train::plan`): weights, gradients, optimizer state, activations
+//! per micro-batch and the rollout's KV cache, for TinyAgent or a Qwen3 `config.json`; with
+//! `--throughput-from RUN`, the expected step time at that run's measured tokens/s.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::Args;
+
+use agentrl_train::config::{load_config, ModelKind};
+use agentrl_train::plan::{ModelShape, StepPlan};
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// Config file layered on configs/default.toml (built in); omit for the default run.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Override a config key (repeatable), as `agentrl train --set`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// A Qwen3 model folder (its config.json is read; no weights are).
+    #[arg(long, value_name = "DIR", conflicts_with = "model_config")]
+    pub model: Option<PathBuf>,
+    /// A Qwen3 config.json on its own (e.g. configs/models/qwen3-8b.json), for a model you
+    /// have not downloaded.
+    #[arg(long, value_name = "FILE")]
+    pub model_config: Option<PathBuf>,
+    /// A run whose measured throughput (median `perf/throughput`, tokens/s) gives the
+    /// expected step time.
+    #[arg(long, value_name = "RUN")]
+    pub throughput_from: Option<PathBuf>,
+    /// Print the plan as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn plan(args: PlanArgs) -> anyhow::Result<()> {
+    let mut set = Vec::new();
+    if let Some(dir) = &args.model {
+        set.push("model.kind=\"qwen3\"".to_string());
+        set.push(format!("model.dir={}", serde_json::to_string(dir)?));
+    }
+    set.extend(args.set.iter().cloned());
+    let config = load_config(args.config.as_deref(), &set)?;
+    let shape = match (&args.model_config, config.model.kind) {
+        (Some(file), _) => ModelShape::qwen3(&config, file)?,
+        (None, ModelKind::Qwen3) => ModelShape::of(&config)?,
+        (None, ModelKind::Tiny) => ModelShape::tiny(&config)?,
+    };
+    let plan = StepPlan::new(&config, shape);
+    let expected_step_s = match &args.throughput_from {
+        Some(run) => Some(plan.tokens_per_step as f64 / median_throughput(run)?),
+        None => None,
+    };
+    if args.json {
+        let mut value = serde_json::to_value(&plan)?;
+        value["step_peak"] = serde_json::json!(plan.peak(config.engine.async_rollouts));
+        value["expected_step_s"] = serde_json::json!(expected_step_s);
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(());
+    }
+    print!("{}", plan.table(config.engine.async_rollouts));
+    match expected_step_s {
+        Some(s) => println!(
+            "  expected step time          {s:>10.1} s (≤ {} tokens at the run's median tokens/s)",
+            plan.tokens_per_step
+        ),
+        None => println!(
+            "  expected step time          unknown (pass --throughput-from RUN, a run of this \
+             model on this machine)"
+        ),
+    }
+    Ok(())
+}
+
+/// The median of `perf/throughput` (tokens/s) over a run's metrics.
+fn median_throughput(run: &std::path::Path) -> anyhow::Result<f64> {
+    let path = run.join("metrics.jsonl");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut values: Vec<f64> = text
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter_map(|v| v.get(agentrl_run::metrics::names::THROUGHPUT)?.as_f64())
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .collect();
+    anyhow::ensure!(
+        !values.is_empty(),
+        "{}: no step records perf/throughput",
+        path.display()
+    );
+    values.sort_by(f64::total_cmp);
+    Ok(values[values.len() / 2])
+}
