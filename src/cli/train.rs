@@ -123,8 +123,16 @@ pub fn run_recipe(
         }
     };
     if let Some(from) = &args.init {
-        let checkpoint = trainer.init_weights_from(from)?;
-        eprintln!("starting from the weights of {}", checkpoint.display());
+        match trainer.init_weights_from(from) {
+            Ok(checkpoint) => {
+                eprintln!("starting from the weights of {}", checkpoint.display())
+            }
+            Err(err) => {
+                // The run never started: take back the directory that holds only its config.
+                let _ = std::fs::remove_dir_all(&trainer.run.root);
+                return Err(err);
+            }
+        }
     }
     let split = parse_split(&trainer.config.rollout.split)?;
     let r = &trainer.config.rollout;

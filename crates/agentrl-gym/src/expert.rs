@@ -324,9 +324,7 @@ pub fn edit_between(path: &str, current: &str, target: &str) -> Option<ToolCall>
             // The whole file is the context: rewrite it.
             return Some(call("edit", json!({ "path": path, "text": target })));
         }
-        if start > 0 {
-            start -= 1;
-        }
+        start = start.saturating_sub(1);
         if end_a < a.len() {
             end_a += 1;
             end_b += 1;

@@ -239,10 +239,14 @@ pub fn run_recipe_session(
         if checkpointed {
             trainer.checkpoint()?;
         }
-        let message = format!(
-            "reward {:.2}  hidden solve {:.2}  entropy {:.2}",
-            record.reward, record.hidden_solve_rate, record.update.entropy
-        );
+        let message = match record.format_warmup_loss {
+            // A supervised step samples nothing: its loss is the figure to watch.
+            Some(loss) => format!("sft loss {loss:.3}"),
+            None => format!(
+                "reward {:.2}  hidden solve {:.2}  entropy {:.2}",
+                record.reward, record.hidden_solve_rate, record.update.entropy
+            ),
+        };
         bar.set_position(step as u64);
         bar.set_message(message.clone());
         if let Progress::Lines { every } = options.progress {
