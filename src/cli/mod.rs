@@ -15,6 +15,7 @@ mod plan;
 mod replay;
 mod score;
 mod serve;
+mod sft;
 mod train;
 
 #[derive(Debug, Parser)]
@@ -32,6 +33,9 @@ pub struct Cli {
 pub enum Command {
     /// Train a policy (TinyAgent with GRPO on the BugFix gym by default).
     Train(train::TrainArgs),
+    /// Supervised fine-tuning on the gym expert's demonstrations or a JSONL file of episodes
+    /// (same run directory as `train`; hand it on with `agentrl train --init RUN`).
+    Sft(sft::SftArgs),
     /// Evaluate a run's checkpoint: solve rates and pass@k on hidden tests.
     Eval(train::EvalArgs),
     /// The BugFix gym: list, show, play, run, validate tasks.
@@ -104,6 +108,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Train(args) => train::train(args),
+        Command::Sft(args) => sft::sft(args),
         Command::Eval(args) => train::eval(args),
         Command::Gym(args) => agentrl_gym::cli::run(args),
         Command::Chat(args) => chat::chat(args),

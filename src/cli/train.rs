@@ -11,7 +11,9 @@ use agentrl_monitor::eval_report::{build_report, EvalReportDoc, SplitInput, Task
 use agentrl_monitor::LiveMonitor;
 use agentrl_train::config::load_config;
 use agentrl_train::recipes::rl::{load_tasks, parse_split, Trainer};
-use agentrl_train::session::{run_session_observed, summary_table, Progress, SessionOptions};
+use agentrl_train::session::{
+    run_session_observed, summary_table, Progress, SessionOptions, SessionOutcome, StepObserver,
+};
 
 #[derive(Debug, Args)]
 pub struct TrainArgs {
@@ -39,6 +41,10 @@ pub struct TrainArgs {
     /// Print the fully resolved config (every knob written out) as TOML and exit.
     #[arg(long, conflicts_with = "resume")]
     pub print_config: bool,
+    /// Start from the weights of this run's newest checkpoint (e.g. an `agentrl sft` run),
+    /// with a fresh optimizer and step counter.
+    #[arg(long, value_name = "RUN", conflicts_with = "resume")]
+    pub init: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -61,7 +67,24 @@ pub struct EvalArgs {
     pub json: bool,
 }
 
-pub fn train(mut args: TrainArgs) -> anyhow::Result<()> {
+pub fn train(args: TrainArgs) -> anyhow::Result<()> {
+    run_recipe(args, None, &mut |trainer, options, observer| {
+        run_session_observed(trainer, options, observer)
+    })
+}
+
+/// A recipe's session (RL's, SFT's) over a trainer, with its options and step observer.
+pub type RecipeSession<'a> =
+    &'a mut dyn FnMut(Trainer, &SessionOptions, StepObserver<'_>) -> anyhow::Result<SessionOutcome>;
+
+/// What `train` and `sft` share: the config (or the resumed run), `--init`, the header, the
+/// live monitor, the session of the recipe (`session`), the dashboard and the report.
+/// `method` names the recipe in the header (`None`: the run's RL algorithm).
+pub fn run_recipe(
+    mut args: TrainArgs,
+    method: Option<&str>,
+    session: RecipeSession<'_>,
+) -> anyhow::Result<()> {
     if let Some(dir) = &args.model {
         let dir = dir
             .to_str()
@@ -79,7 +102,7 @@ pub fn train(mut args: TrainArgs) -> anyhow::Result<()> {
         print!("{}", config.to_toml()?);
         return Ok(());
     }
-    let trainer = match &args.resume {
+    let mut trainer = match &args.resume {
         Some(run) => {
             let trainer = Trainer::resume(run, &args.set)?;
             eprintln!(
@@ -99,13 +122,25 @@ pub fn train(mut args: TrainArgs) -> anyhow::Result<()> {
             trainer
         }
     };
+    if let Some(from) = &args.init {
+        match trainer.init_weights_from(from) {
+            Ok(checkpoint) => {
+                eprintln!("starting from the weights of {}", checkpoint.display())
+            }
+            Err(err) => {
+                // The run never started: take back the directory that holds only its config.
+                let _ = std::fs::remove_dir_all(&trainer.run.root);
+                return Err(err);
+            }
+        }
+    }
     let split = parse_split(&trainer.config.rollout.split)?;
     let r = &trainer.config.rollout;
     eprintln!(
         "training {} with {} on the {} split ({} tasks): {} x {} \
          episodes (tasks x group) per step, {} steps",
         trainer.describe_policy(),
-        trainer.algorithm,
+        method.map_or_else(|| trainer.algorithm.to_string(), str::to_string),
         r.split,
         trainer.split_len(split),
         r.tasks_per_step,
@@ -129,7 +164,7 @@ pub fn train(mut args: TrainArgs) -> anyhow::Result<()> {
         trainer.config.train.doctor,
         trainer.config.train.dashboard_every,
     );
-    let outcome = run_session_observed(trainer, &options, &mut |run, line| {
+    let outcome = session(trainer, &options, &mut |run, line| {
         for finding in monitor.on_step(run, line)? {
             eprintln!(
                 "warning: doctor at step {}: {}",

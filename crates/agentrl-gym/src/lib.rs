@@ -10,8 +10,9 @@
 //! run in the [`sandbox`], and trusted parsing of their results) → [`verify`] (hidden tests on a
 //! pristine harness, one process per hidden case, tamper check) → [`check`] (trusted-side
 //! comparison of what a case returned with its expectation) → [`reward`] (`RewardFn`).
-//! [`render`] turns observations into chat text or TinyAgent symbols; [`validate`] checks task
-//! folders and measures a random policy. With the `cli` feature, `cli` is `agentrl gym …` and
+//! [`expert`] scripts the calls that solve a task (SFT demonstrations). [`render`] turns
+//! observations into chat text or TinyAgent symbols; [`validate`] checks task folders and
+//! measures a random policy. With the `cli` feature, `cli` is `agentrl gym …` and
 //! `bench` is `agentrl bench gym` (the library itself takes no flags and needs no clap).
 //!
 //! This crate sits at the start of the data flow (`TaskSet → Env::reset → Observation →
@@ -26,6 +27,7 @@ pub mod check;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod env;
+pub mod expert;
 pub mod harness;
 pub mod render;
 pub mod reward;

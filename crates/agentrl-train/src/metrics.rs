@@ -104,8 +104,9 @@ impl RolloutStats {
     }
 }
 
-/// A step record under the run's metric names (verl's where verl has one). A format warm-up
-/// step records its loss and learning rate only: it samples no episodes.
+/// A step record under the run's metric names (verl's where verl has one). A supervised step
+/// (format warm-up, `agentrl sft`) records its loss, learning rate and any evaluation only: it
+/// samples no episodes.
 pub fn metric_line(record: &StepRecord) -> MetricLine {
     let mut line = MetricLine::new(record.step);
     line.set(names::LR, record.lr)
@@ -116,6 +117,7 @@ pub fn metric_line(record: &StepRecord) -> MetricLine {
     }
     if let Some(loss) = record.format_warmup_loss {
         line.set(names::SFT_LOSS, loss);
+        eval_scalars(&mut line, record);
         return line;
     }
     let s = &record.rollout;
@@ -158,6 +160,12 @@ pub fn metric_line(record: &StepRecord) -> MetricLine {
         .set(names::STALENESS_MAX, s.staleness_max)
         .set(names::RETOKENIZATION_DRIFT, s.retokenization_drift_rate);
     update_scalars(&mut line, &record.update);
+    eval_scalars(&mut line, record);
+    line
+}
+
+/// The periodic evaluation of a step, when it ran (supervised steps have one too).
+fn eval_scalars(line: &mut MetricLine, record: &StepRecord) {
     if let Some(eval) = &record.eval {
         let split = eval.split.as_str();
         line.set(&names::eval(split, "solve_hidden"), eval.hidden_solve_rate)
@@ -168,7 +176,6 @@ pub fn metric_line(record: &StepRecord) -> MetricLine {
             );
         line.eval = serde_json::to_value(eval).ok();
     }
-    line
 }
 
 /// The update's diagnostics. A step whose every group had equal rewards ran no optimizer

@@ -167,9 +167,24 @@ pub fn run_session(trainer: Trainer, options: &SessionOptions) -> anyhow::Result
 
 /// [`run_session`], calling `observer` after each step's metrics line is written.
 pub fn run_session_observed(
+    trainer: Trainer,
+    options: &SessionOptions,
+    observer: StepObserver<'_>,
+) -> anyhow::Result<SessionOutcome> {
+    run_recipe_session(trainer, options, observer, &mut Trainer::step)
+}
+
+/// How a session advances its trainer by one training step: RL's [`Trainer::step`], or
+/// another recipe's (`recipes::sft`).
+pub type TrainStep<'a> = &'a mut dyn FnMut(&mut Trainer) -> anyhow::Result<StepRecord>;
+
+/// [`run_session_observed`] with the recipe's own training step: evaluations, checkpoints,
+/// metrics and the summary are the session's, whatever the step does.
+pub fn run_recipe_session(
     mut trainer: Trainer,
     options: &SessionOptions,
     observer: StepObserver<'_>,
+    train_step: TrainStep<'_>,
 ) -> anyhow::Result<SessionOutcome> {
     let started = Instant::now();
     let first_step = trainer.state.step;
@@ -196,8 +211,7 @@ pub fn run_session_observed(
             interrupted = true;
             break;
         }
-        let mut record = trainer
-            .step()
+        let mut record = train_step(&mut trainer)
             .with_context(|| format!("training step {} of {total}", trainer.state.step + 1))?;
         let step = trainer.state.step;
         let eval_every = trainer.config.train.eval_every;
@@ -225,10 +239,14 @@ pub fn run_session_observed(
         if checkpointed {
             trainer.checkpoint()?;
         }
-        let message = format!(
-            "reward {:.2}  hidden solve {:.2}  entropy {:.2}",
-            record.reward, record.hidden_solve_rate, record.update.entropy
-        );
+        let message = match record.format_warmup_loss {
+            // A supervised step samples nothing: its loss is the figure to watch.
+            Some(loss) => format!("sft loss {loss:.3}"),
+            None => format!(
+                "reward {:.2}  hidden solve {:.2}  entropy {:.2}",
+                record.reward, record.hidden_solve_rate, record.update.entropy
+            ),
+        };
         bar.set_position(step as u64);
         bar.set_message(message.clone());
         if let Progress::Lines { every } = options.progress {

@@ -8,7 +8,8 @@ use anyhow::{bail, Context};
 use serde::Deserialize;
 
 use super::schema::{
-    AlgorithmConfig, Config, EvalConfig, ModelConfig, OptimConfig, RolloutConfig, TrainConfig,
+    AlgorithmConfig, Config, EvalConfig, ModelConfig, OptimConfig, RolloutConfig, SftConfig,
+    TrainConfig,
 };
 
 /// `configs/default.toml`: the base every config file is layered on, the whole config of
@@ -127,6 +128,7 @@ fn check_section(raw: &toml::Table, section: &str, known: &[String]) -> anyhow::
         "train" => TrainConfig::deserialize(value).map(drop),
         "reward" => agentrl_gym::RewardFn::deserialize(value).map(drop),
         "eval" => EvalConfig::deserialize(value).map(drop),
+        "sft" => SftConfig::deserialize(value).map(drop),
         _ => Ok(()),
     };
     result.map_err(|e| anyhow::anyhow!("[{section}]: {e}"))

@@ -17,7 +17,7 @@ pub use load::{
 };
 pub use schema::{
     AlgorithmConfig, Config, EngineConfig, EngineKind, EvalConfig, ModelConfig, ModelKind,
-    OptimConfig, Qwen3Settings, RolloutConfig, ScheduleKind, TrainConfig,
+    OptimConfig, Qwen3Settings, RolloutConfig, ScheduleKind, SftConfig, TrainConfig,
 };
 pub use validate::Validation;
 

@@ -30,6 +30,8 @@ pub struct Config {
     /// The training reward: the gym's reward function (`kind`, `format_penalty`).
     pub reward: agentrl_gym::RewardFn,
     pub eval: EvalConfig,
+    /// Supervised fine-tuning (`agentrl sft`): its learning rate and data.
+    pub sft: SftConfig,
 }
 
 /// Which policy a run trains.
@@ -258,4 +260,17 @@ pub struct EvalConfig {
     pub samples: usize,
     /// 0 = greedy.
     pub temperature: f64,
+}
+
+/// Supervised fine-tuning (`agentrl sft`, `recipes::sft`). A step has the shape of an RL step
+/// (`rollout.tasks_per_step` x `rollout.group_size` episodes) and `train.steps` counts them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SftConfig {
+    /// Learning rate (constant).
+    pub lr: f64,
+    /// A JSONL file of episodes to train on (one `agentrl_rollout::Episode` per line); unset =
+    /// the gym's scripted expert, fresh demonstrations each step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
 }

@@ -148,6 +148,9 @@ impl Config {
                 t.format_warmup_steps, t.steps
             ));
         }
+        if !positive_finite(self.sft.lr) {
+            errors.push(format!("sft.lr must be > 0, got {}", self.sft.lr));
+        }
         if !positive_finite(t.format_warmup_lr) {
             errors.push(format!(
                 "train.format_warmup_lr must be > 0, got {}",

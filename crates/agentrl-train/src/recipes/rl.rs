@@ -1160,6 +1160,98 @@ impl<'a> Sampler<'a> {
     }
 }
 
+/// What the other recipes (`recipes::sft`) and `train --init` use of a trainer: its envs and
+/// limits, one supervised step on given episodes, and another run's weights.
+impl Trainer {
+    /// The task set the run trains and evaluates on.
+    pub fn task_set(&self) -> &Arc<TaskSet> {
+        &self.tasks
+    }
+
+    /// `count` fresh envs of the run's episode config (turn limit, reward), sharing the run's
+    /// sandbox executor and outcome cache.
+    pub fn training_envs(&self, count: usize) -> Vec<BugFixEnv> {
+        self.sampler().envs(count)
+    }
+
+    /// The limits the run's rollouts use (episode length, env threads).
+    pub fn episode_limits(&self) -> RolloutLimits {
+        self.sampler().rollout_limits()
+    }
+
+    /// One supervised step on `episodes` (negative log-likelihood of their action tokens, the
+    /// batch's loss mask) at `lr`; advances the step counter and the episode count. Returns
+    /// the loss.
+    pub fn supervised_step(&mut self, episodes: &[Episode], lr: f64) -> anyhow::Result<f64> {
+        anyhow::ensure!(!episodes.is_empty(), "a supervised step needs episodes");
+        let started = Instant::now();
+        let batch = Batch::from_episodes(episodes, self.codec.pad_id(), &self.device)?;
+        let loss = supervised_update(
+            self.policy.as_ref(),
+            &mut self.optimizer,
+            &self.vars,
+            &batch,
+            lr,
+            self.config.optim.grad_clip,
+        )?;
+        self.state.step += 1;
+        self.state.optimizer_steps = self.optimizer.steps_taken();
+        self.state.episodes_seen += episodes.len() as u64;
+        self.state.train_seconds += started.elapsed().as_secs_f64();
+        Ok(loss)
+    }
+
+    /// Starts this fresh run from the weights of another run's newest loadable checkpoint
+    /// (`agentrl train --init RUN`): the policy, the KL reference (the start of this run) and
+    /// the engine's copy take them; the optimizer and the step counter stay fresh. The engine
+    /// preflight runs again on the new weights. Returns the checkpoint folder used.
+    pub fn init_weights_from(
+        &mut self,
+        run: &std::path::Path,
+    ) -> anyhow::Result<std::path::PathBuf> {
+        anyhow::ensure!(
+            self.state.step == 0,
+            "--init: the run is at step {}; only a fresh run starts from other weights",
+            self.state.step
+        );
+        let source = RunDir::open(run)?;
+        let mut failures = Vec::new();
+        for (paths, _) in source.checkpoints()? {
+            match self.policy.load(&paths.model) {
+                Ok(()) => {
+                    if let Some(reference) = &self.reference {
+                        reference.load(&paths.model).with_context(|| {
+                            format!("loading {} as the KL reference", paths.model.display())
+                        })?;
+                    }
+                    if let Some(copy) = &mut self.engine_copy {
+                        copy.replica.refresh(self.policy.as_ref())?;
+                    }
+                    let record = serde_json::json!({
+                        "from_run": run.display().to_string(),
+                        "checkpoint": paths.dir.display().to_string(),
+                    });
+                    agentrl_run::write_atomic(
+                        &self.run.root.join("init.json"),
+                        &serde_json::to_vec_pretty(&record)?,
+                    )?;
+                    self.run_preflight()?;
+                    return Ok(paths.dir);
+                }
+                Err(err) => failures.push(format!("{}: {err:#}", paths.model.display())),
+            }
+        }
+        if failures.is_empty() {
+            bail!("--init {}: the run has no checkpoint", run.display());
+        }
+        bail!(
+            "--init {}: no checkpoint loads into this run's policy (is it the same model?):\n  - {}",
+            run.display(),
+            failures.join("\n  - ")
+        )
+    }
+}
+
 /// TinyAgent behind the grammar of `model.action_vocab`, its reference (the initial policy:
 /// the same seed gives the same weights) and its codec. TinyAgent trains on the CPU: at its
 /// size, a GPU round trip per decoding step costs more than the step.
