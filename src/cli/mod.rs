@@ -11,6 +11,7 @@ mod bench;
 mod chat;
 mod dashboard;
 mod doctor;
+mod experiment;
 mod plan;
 mod replay;
 mod score;
@@ -56,6 +57,8 @@ pub enum Command {
     Replay(replay::ReplayArgs),
     /// Where a training step's memory and tokens go, before it runs.
     Plan(plan::PlanArgs),
+    /// A phenomenon of large RL runs on TinyAgent, over seeds, ending in a checked verdict.
+    Experiment(experiment::ExperimentArgs),
 }
 
 /// Set by the first Ctrl-C once [`catch_interrupts`] ran.
@@ -119,6 +122,7 @@ pub fn main() -> ExitCode {
         Command::Doctor(args) => doctor::doctor(args),
         Command::Replay(args) => replay::replay(args),
         Command::Plan(args) => plan::plan(args),
+        Command::Experiment(args) => experiment::experiment(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

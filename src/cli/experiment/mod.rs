@@ -1,0 +1,284 @@
+//! `agentrl experiment NAME`: a phenomenon of large RL runs, reproduced on TinyAgent in a few
+//! minutes of CPU, over several seeds, ending in one checked line `verdict: …`.
+//!
+//! Where it sits: on top of the whole stack. An experiment trains several arms (configs that
+//! differ in the one thing under study) on the same seeds through the real trainer
+//! ([`agentrl_train::session`]), reads their `metrics.jsonl`, and writes into its folder
+//! `result.md` (a table with the spread over seeds, the figures, the verdict) and PNG figures
+//! of the curves (every seed a thin line, the arm's mean a thick one). The verdict checks the
+//! direction the literature reports (ALGORITHMS.md); a result against it is reported as such.
+//!
+//! Runs use `train.threads = 1`, so the same seeds give the same numbers on any machine
+//! (the project's determinism rule: same seed and thread count, same run), and
+//! `experiments/<name>.md` holds each experiment's recorded output, which
+//! `tests/experiment_cli.rs` compares (verdict and rounded numbers) for the fast ones.
+
+mod mismatch;
+mod reward_hacking;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{bail, Context as _};
+use clap::Args;
+
+use agentrl_monitor::plot::{Chart, LegendEntry, Line, Scale};
+use agentrl_run::metrics::{read_metrics, MetricLine};
+use agentrl_train::config::load_config;
+use agentrl_train::recipes::rl::Trainer;
+use agentrl_train::session::{run_session, Progress, SessionOptions};
+
+#[derive(Debug, Args)]
+pub struct ExperimentArgs {
+    /// The experiment: reward-hacking, mismatch (or `list`).
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// Seeds (comma-separated); at least 3 for a verdict.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+    pub seeds: Vec<u64>,
+    /// Folder of the experiment's runs, figures and result (must not exist yet); default
+    /// `runs/experiments/<name>`.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+/// One experiment: its arms and how to judge them.
+pub(crate) struct Experiment {
+    pub name: &'static str,
+    pub question: &'static str,
+    /// Settings every arm shares (the budget).
+    pub common: &'static [&'static str],
+    pub arms: &'static [Arm],
+    /// Reads the trained arms and writes the result's body and verdict.
+    pub judge: fn(&[ArmRuns]) -> Judgement,
+    /// Figures: (file stem, title, y label, metric).
+    pub figures: &'static [(&'static str, &'static str, &'static str, &'static str)],
+}
+
+/// One configuration under study.
+pub(crate) struct Arm {
+    pub name: &'static str,
+    pub sets: &'static [&'static str],
+}
+
+/// An arm's runs, one per seed: (seed, metrics lines).
+pub(crate) struct ArmRuns {
+    pub name: &'static str,
+    pub runs: Vec<(u64, Vec<MetricLine>)>,
+}
+
+pub(crate) struct Judgement {
+    /// Markdown: the table and what it shows.
+    pub body: String,
+    /// `verdict: …` without the prefix.
+    pub verdict: String,
+}
+
+const EXPERIMENTS: &[&Experiment] = &[&reward_hacking::EXPERIMENT, &mismatch::EXPERIMENT];
+
+pub fn experiment(args: ExperimentArgs) -> anyhow::Result<()> {
+    if args.name == "list" {
+        for e in EXPERIMENTS {
+            println!("{:<16} {}", e.name, e.question);
+        }
+        return Ok(());
+    }
+    let Some(experiment) = EXPERIMENTS.iter().find(|e| e.name == args.name) else {
+        bail!(
+            "no experiment {:?}; the experiments are: {}",
+            args.name,
+            EXPERIMENTS
+                .iter()
+                .map(|e| e.name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    };
+    if args.seeds.len() < 3 {
+        eprintln!(
+            "note: {} seed(s); a verdict over fewer than 3 seeds is weak",
+            args.seeds.len()
+        );
+    }
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| Path::new("runs/experiments").join(experiment.name));
+    if out.exists() {
+        bail!(
+            "{} exists; an experiment never writes over an earlier one (pass --out DIR)",
+            out.display()
+        );
+    }
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let started = Instant::now();
+    let mut arms = Vec::new();
+    for arm in experiment.arms {
+        let mut runs = Vec::new();
+        for &seed in &args.seeds {
+            eprintln!("{}: arm {} seed {seed}", experiment.name, arm.name);
+            let lines = train_arm(&out, experiment.common, arm, seed)?;
+            runs.push((seed, lines));
+        }
+        arms.push(ArmRuns {
+            name: arm.name,
+            runs,
+        });
+    }
+    let judgement = (experiment.judge)(&arms);
+    let mut figures = Vec::new();
+    for (stem, title, y_label, metric) in experiment.figures {
+        let png = out.join(format!("{stem}.png"));
+        let svg = chart(&arms, title, y_label, metric).to_svg();
+        std::fs::write(&png, agentrl_monitor::dashboard::svg_to_png(&svg)?)
+            .with_context(|| format!("writing {}", png.display()))?;
+        figures.push(format!("![{title}]({stem}.png)"));
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let seeds: Vec<String> = args.seeds.iter().map(u64::to_string).collect();
+    let result = format!(
+        "# experiment {}\n\n{}\n\nArms: {}. Seeds: {}. Shared settings: `{}`.\n\n{}\n{}\n\nverdict: {}\n",
+        experiment.name,
+        experiment.question,
+        experiment
+            .arms
+            .iter()
+            .map(|a| format!("**{}** (`{}`)", a.name, a.sets.join(" ")))
+            .collect::<Vec<_>>()
+            .join(", "),
+        seeds.join(", "),
+        experiment.common.join(" "),
+        judgement.body,
+        figures.join("\n"),
+        judgement.verdict
+    );
+    std::fs::write(out.join("result.md"), &result)
+        .with_context(|| format!("writing {}", out.join("result.md").display()))?;
+    print!("{result}");
+    println!(
+        "took {seconds:.0} s ({} runs); written to {}",
+        arms.iter().map(|a| a.runs.len()).sum::<usize>(),
+        out.display()
+    );
+    Ok(())
+}
+
+/// Trains one arm on one seed under `out/<arm>-<seed>` and returns its metrics.
+fn train_arm(out: &Path, common: &[&str], arm: &Arm, seed: u64) -> anyhow::Result<Vec<MetricLine>> {
+    let mut sets = vec![
+        format!(
+            "train.runs_root={}",
+            serde_json::to_string(&out.to_string_lossy())?
+        ),
+        format!("train.run_name=\"{}-{seed}\"", arm.name),
+        format!("train.seed={seed}"),
+        "train.threads=1".to_string(),
+        "train.checkpoint_every=0".to_string(),
+    ];
+    sets.extend(common.iter().map(|s| s.to_string()));
+    sets.extend(arm.sets.iter().map(|s| s.to_string()));
+    let config = load_config(None, &sets)?;
+    let (trainer, _) = Trainer::create(config)?;
+    let options = SessionOptions {
+        progress: Progress::Off,
+        summary_evals: false,
+        stop: None,
+    };
+    let outcome = run_session(trainer, &options)?;
+    read_metrics(&Path::new(&outcome.run_dir).join("metrics.jsonl"))
+}
+
+const COLORS: [&str; 6] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
+];
+
+/// Every seed's curve of `metric` (thin, dashed) and the arm's mean over seeds (solid).
+fn chart(arms: &[ArmRuns], title: &str, y_label: &str, metric: &str) -> Chart {
+    let mut lines = Vec::new();
+    let mut legend = Vec::new();
+    for (i, arm) in arms.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()].to_string();
+        for (_, run) in &arm.runs {
+            lines.push(Line {
+                label: arm.name.to_string(),
+                color: color.clone(),
+                dash: "2 3".to_string(),
+                points: series(run, metric),
+            });
+        }
+        lines.push(Line {
+            label: arm.name.to_string(),
+            color: color.clone(),
+            dash: String::new(),
+            points: mean_series(arm, metric),
+        });
+        legend.push(LegendEntry {
+            label: format!("{} (mean; dashed: seeds)", arm.name),
+            color,
+            dash: String::new(),
+        });
+    }
+    Chart {
+        title: title.to_string(),
+        y_label: y_label.to_string(),
+        scale: Scale::Linear,
+        lines,
+        y_include: vec![0.0],
+        legend,
+    }
+}
+
+/// `(step, value)` of one metric over a run.
+pub(crate) fn series(lines: &[MetricLine], metric: &str) -> Vec<(f64, f64)> {
+    lines
+        .iter()
+        .map(|l| (l.step as f64, l.get(metric).unwrap_or(f64::NAN)))
+        .collect()
+}
+
+/// The mean over seeds of a metric, step by step.
+fn mean_series(arm: &ArmRuns, metric: &str) -> Vec<(f64, f64)> {
+    let steps = arm.runs.iter().map(|(_, r)| r.len()).min().unwrap_or(0);
+    (0..steps)
+        .map(|i| {
+            let values: Vec<f64> = arm
+                .runs
+                .iter()
+                .filter_map(|(_, r)| r[i].get(metric))
+                .collect();
+            (
+                arm.runs[0].1[i].step as f64,
+                values.iter().sum::<f64>() / values.len().max(1) as f64,
+            )
+        })
+        .collect()
+}
+
+/// Mean of a metric over a run's last `n` steps.
+pub(crate) fn late_mean(lines: &[MetricLine], metric: &str, n: usize) -> f64 {
+    let tail = &lines[lines.len().saturating_sub(n)..];
+    let values: Vec<f64> = tail.iter().filter_map(|l| l.get(metric)).collect();
+    values.iter().sum::<f64>() / values.len().max(1) as f64
+}
+
+/// Mean and spread (min–max) over seeds of a per-run figure.
+pub(crate) struct OverSeeds {
+    pub mean: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl OverSeeds {
+    pub fn of(values: &[f64]) -> Self {
+        Self {
+            mean: values.iter().sum::<f64>() / values.len().max(1) as f64,
+            min: values.iter().copied().fold(f64::INFINITY, f64::min),
+            max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        }
+    }
+
+    /// `0.42 (0.30–0.55)`, two decimals.
+    pub fn show(&self) -> String {
+        format!("{:.2} ({:.2}–{:.2})", self.mean, self.min, self.max)
+    }
+}
