@@ -1,16 +1,19 @@
-//! The monitor on real runs: a healthy run and three runs made to fail on purpose, trained
+//! The monitor on real runs: a healthy run and four runs made to fail on purpose, trained
 //! once at a small budget (25 steps of 4 tasks x 8 episodes) and shared by every test here.
 //!
 //! - public-test reward (`reward.kind = "public"`): reward hacking;
-//! - high LR with no entropy bonus: entropy collapse;
+//! - high LR with no entropy bonus: entropy collapse (on two seeds);
 //! - no KL and a large LR (warmed up to it, four minibatches so one update moves the policy
 //!   several times): KL blow-up;
 //! - an engine with injected log-prob noise (`engine.logprob_noise = 0.5`): engine/trainer
 //!   mismatch;
 //! - the default recipe: the doctor must stay silent.
 //!
-//! The doctor's thresholds were tuned on seed 0; these runs use seed 1, which they were not
-//! tuned on (docs/monitor.md has the table over seeds 0–2).
+//! Every run uses seed 1 except the collapse runs. The doctor's thresholds were tuned on
+//! seed 0 (seeds 0–11 for entropy collapse); seed 1 was not tuned on, except for collapse.
+//! Collapse runs twice: on seed 2, a tuning seed whose entropy crashes to 40% of its baseline
+//! and comes back to about half (an older, deep-only rule missed it), and on seed 12, run only
+//! after the collapse rule's thresholds were fixed (docs/monitor.md has the tables over seeds).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -21,11 +24,16 @@ use agentrl_run::metrics::read_metrics;
 #[path = "../crates/agentrl-run/tests/support/tfrecord_reader.rs"]
 mod tfrecord_reader;
 
-const SEED: &str = "train.seed=1";
+/// The seed of every run that does not name its own.
+const SEED: u64 = 1;
+/// A seed the entropy-collapse rule was not tuned on (its thresholds were fixed before seeds
+/// 12–15 were run).
+const HELDOUT: u64 = 12;
 
 /// A run of the suite: its name, its `--set`s, and the signature the doctor must name.
 struct Scenario {
     name: &'static str,
+    seed: u64,
     sets: &'static [&'static str],
     expect: Option<&'static str>,
 }
@@ -33,21 +41,31 @@ struct Scenario {
 const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "healthy",
+        seed: SEED,
         sets: &[],
         expect: None,
     },
     Scenario {
         name: "hacking",
+        seed: SEED,
         sets: &["reward.kind=\"public\"", "train.doctor=true"],
         expect: Some("reward_hacking"),
     },
     Scenario {
         name: "collapse",
+        seed: 2,
+        sets: &["optim.lr=3e-2", "algorithm.entropy_coef=0"],
+        expect: Some("entropy_collapse"),
+    },
+    Scenario {
+        name: "collapse-heldout",
+        seed: HELDOUT,
         sets: &["optim.lr=3e-2", "algorithm.entropy_coef=0"],
         expect: Some("entropy_collapse"),
     },
     Scenario {
         name: "kl",
+        seed: SEED,
         sets: &[
             "optim.lr=5e-2",
             "optim.warmup_steps=20",
@@ -58,6 +76,7 @@ const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "mismatch",
+        seed: SEED,
         sets: &["engine.logprob_noise=0.5"],
         expect: Some("growing_mismatch"),
     },
@@ -87,7 +106,7 @@ fn trained() -> &'static Trained {
                 for set in [
                     format!("train.runs_root={}", root.display()),
                     format!("train.run_name={}", s.name),
-                    SEED.to_string(),
+                    format!("train.seed={}", s.seed),
                     "train.steps=25".into(),
                     "rollout.tasks_per_step=4".into(),
                     "rollout.group_size=8".into(),
@@ -379,4 +398,44 @@ fn eval_writes_a_markdown_and_json_report() {
         p1["low"].as_f64() <= p1["value"].as_f64() && p1["value"].as_f64() <= p1["high"].as_f64()
     );
     assert!(split["families"].as_array().is_some_and(|f| !f.is_empty()));
+}
+
+#[test]
+fn stored_episodes_carry_the_trainers_logprobs_and_show_the_injected_mismatch() {
+    use agentrl_monitor::episodes::read_episodes;
+    // |log π_engine − log π_trainer| per action token of a run's newest stored episodes.
+    let gaps = |run: &str| -> Vec<f64> {
+        let path = run_dir(run).join("episodes/step_000025.jsonl");
+        let episodes = read_episodes(&path).unwrap();
+        assert_eq!(episodes.len(), 32, "{run}: every episode of the step");
+        episodes
+            .iter()
+            .flat_map(|e| {
+                let trainer = e.trainer_logprobs.as_ref().expect("trainer log-probs");
+                assert_eq!(trainer.len(), e.tokens.len(), "{run}: one per token");
+                for (t, source) in trainer.iter().zip(&e.sources) {
+                    assert!(source == "action" || *t == 0.0, "{run}: 0 off the actions");
+                    assert!(*t <= 0.0, "{run}: a log-prob");
+                }
+                e.action_mismatch().unwrap()
+            })
+            .collect()
+    };
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    // The default engine samples with the trainer's own f32 weights: the same numbers.
+    let plain = gaps("healthy");
+    let worst = plain.iter().copied().fold(0.0, f64::max);
+    assert!(
+        !plain.is_empty() && worst < 1e-3,
+        "healthy: max |Δ log p| {worst}"
+    );
+    // `engine.logprob_noise = 0.5` perturbs what the engine reports, not what it samples.
+    let noisy = gaps("mismatch");
+    assert!(
+        mean(&noisy) > 0.1,
+        "mismatch: mean |Δ log p| {}",
+        mean(&noisy)
+    );
+    let page = std::fs::read_to_string(run_dir("mismatch").join("dashboard.html")).unwrap();
+    assert!(page.contains("|log π_engine − log π_trainer| per action token"));
 }

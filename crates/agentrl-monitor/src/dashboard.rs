@@ -147,10 +147,16 @@ figcaption{font-size:12px;color:#444;padding:2px 4px 4px}figcaption b{color:#222
 .call{border-bottom:2px solid #1f77b4}.result{border-bottom:2px dotted #888}.result .tok{color:#555}
 .mark{font-size:10px;font-weight:bold;margin:0 4px 0 10px;color:#1f77b4}.result .mark{color:#666}
 #mode-mis:checked~.episodes .tok{background:var(--mis)}#mode-mask:checked~.episodes .tok{background:var(--mask)}
-.modes label{margin-right:12px;font-size:13px}
+.modes label{margin-right:12px;font-size:13px}.mis-legend{font-size:11px;color:#666}
 body:has(.panel:target)>:not(.grid):not(style){display:none}body:has(.panel:target) .grid{display:block}
 body:has(.panel:target) .panel:not(:target){display:none}body:has(.panel:target){margin:0}
 "#;
+
+/// What the mismatch mode draws, by whether the episodes shown carry trainer log-probs.
+const MISMATCH_RECORDED: &str =
+    "|log π_engine − log π_trainer| per action token: white 0 → orange ≥ 0.1 nats";
+const MISMATCH_FALLBACK: &str = "trainer log-probs not recorded by this run: shows the sampling surprise −log p instead, white 0 → orange ≥ 3 nats";
+const MISMATCH_MIXED: &str = "|log π_engine − log π_trainer|, white 0 → orange ≥ 0.1 nats; episodes without trainer log-probs show −log p instead and say so";
 
 /// The page for `runs` (first run first in the legend).
 pub fn dashboard_html(runs: &[RunData]) -> anyhow::Result<String> {
@@ -224,23 +230,31 @@ pub fn dashboard_html(runs: &[RunData]) -> anyhow::Result<String> {
     }
 
     html.push_str("<h2 id=\"episodes\">Episodes</h2>");
-    html.push_str("<input type=\"radio\" name=\"mode\" id=\"mode-adv\" checked><label for=\"mode-adv\"> advantage (green +, red −)</label> <input type=\"radio\" name=\"mode\" id=\"mode-mis\"><label for=\"mode-mis\"> engine/trainer mismatch</label> <input type=\"radio\" name=\"mode\" id=\"mode-mask\"><label for=\"mode-mask\"> loss mask (blue = trained on)</label><div class=\"episodes\">");
+    let mut shown = String::new();
+    // Whether every episode shown carries the trainer's log-probs (the mismatch legend says
+    // what that mode draws where one does not).
+    let (mut recorded, mut unrecorded) = (0, 0);
     for run in runs {
         match latest_episodes_file(&run.root) {
-            None => html.push_str(&format!(
+            None => shown.push_str(&format!(
                 "<p>{}: no sampled episodes stored yet (train.episodes_every).</p>",
                 escape(&run.name)
             )),
             Some((step, path)) => {
                 let episodes = read_episodes(&path)?;
                 let advantages = group_advantages(&episodes);
-                html.push_str(&format!(
+                shown.push_str(&format!(
                     "<p><b>{}</b>, step {step}: {} episodes stored; showing a solved, a hacked and a failed one where there are.</p>",
                     escape(&run.name),
                     episodes.len()
                 ));
                 for (k, i) in pick_episodes(&episodes, 3).into_iter().enumerate() {
-                    html.push_str(&episode_html(
+                    if episodes[i].records_trainer_logprobs() {
+                        recorded += 1;
+                    } else {
+                        unrecorded += 1;
+                    }
+                    shown.push_str(&episode_html(
                         &episodes[i],
                         advantages[i],
                         &format!("ep-{}-{k}", escape(&run.name)),
@@ -249,6 +263,13 @@ pub fn dashboard_html(runs: &[RunData]) -> anyhow::Result<String> {
             }
         }
     }
+    let mismatch_legend = match (recorded, unrecorded) {
+        (_, 0) => MISMATCH_RECORDED,
+        (0, _) => MISMATCH_FALLBACK,
+        _ => MISMATCH_MIXED,
+    };
+    html.push_str(&format!("<input type=\"radio\" name=\"mode\" id=\"mode-adv\" checked><label for=\"mode-adv\"> advantage (green +, red −)</label> <input type=\"radio\" name=\"mode\" id=\"mode-mis\"><label for=\"mode-mis\"> engine/trainer mismatch <span class=\"mis-legend\">({mismatch_legend})</span></label> <input type=\"radio\" name=\"mode\" id=\"mode-mask\"><label for=\"mode-mask\"> loss mask (blue = trained on)</label><div class=\"episodes\">"));
+    html.push_str(&shown);
     html.push_str("</div></body></html>\n");
     Ok(html)
 }
@@ -326,6 +347,47 @@ mod tests {
             html.contains("not recorded by this run"),
             "missing metrics say so"
         );
+        Ok(())
+    }
+
+    /// A run directory with one stored episode, with or without the trainer's log-probs.
+    fn run_with_episode(dir: &Path, name: &str, trainer: bool) -> anyhow::Result<RunData> {
+        let root = dir.join(name);
+        std::fs::create_dir_all(root.join("episodes"))?;
+        let mut line = serde_json::json!({
+            "task_id": "t", "group_id": 0, "tokens": [1, 2, 3],
+            "sources": ["prompt", "action", "action"], "logprobs": [0.0, -0.5, -0.25],
+            "token_text": ["<bos>", "<call>", "submit"], "turns": 1,
+            "reward": {"score": 1.0, "hidden_passed": 1, "hidden_total": 1},
+        });
+        if trainer {
+            line["trainer_logprobs"] = serde_json::json!([0.0, -0.25, -0.25]);
+        }
+        std::fs::write(root.join("episodes/step_000005.jsonl"), format!("{line}\n"))?;
+        Ok(RunData {
+            root,
+            ..fake_run(name, 0.05)
+        })
+    }
+
+    #[test]
+    fn the_mismatch_legend_says_what_the_mode_draws() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let with = run_with_episode(dir.path(), "with", true)?;
+        let without = run_with_episode(dir.path(), "without", false)?;
+        let html = dashboard_html(std::slice::from_ref(&with))?;
+        assert!(html.contains(MISMATCH_RECORDED), "{html}");
+        assert!(
+            html.contains("|Δ log p| 0.250"),
+            "the first action token's gap"
+        );
+        // An episode file from before trainer log-probs were recorded still loads; the mode
+        // falls back to −log p and the legend says so.
+        let html = dashboard_html(std::slice::from_ref(&without))?;
+        assert!(html.contains(MISMATCH_FALLBACK), "{html}");
+        assert!(html.contains("−log p 0.500"));
+        let html = dashboard_html(&[with, without])?;
+        assert!(html.contains(MISMATCH_MIXED));
         Ok(())
     }
 

@@ -66,6 +66,30 @@ pub struct StoredEpisode {
     pub advantages: Option<Vec<f64>>,
 }
 
+impl StoredEpisode {
+    /// Whether the record carries the trainer's log-prob of every token (runs before the
+    /// trainer scored stored episodes do not; the mismatch mode then shows −log p).
+    pub fn records_trainer_logprobs(&self) -> bool {
+        self.trainer_logprobs
+            .as_ref()
+            .is_some_and(|t| t.len() == self.tokens.len())
+    }
+
+    /// `|engine − trainer|` log-prob of each action token, where the trainer's are recorded.
+    pub fn action_mismatch(&self) -> Option<Vec<f64>> {
+        let trainer = self
+            .trainer_logprobs
+            .as_ref()
+            .filter(|_| self.records_trainer_logprobs())?;
+        Some(
+            (0..self.tokens.len())
+                .filter(|&i| self.sources.get(i).is_some_and(|s| s == "action"))
+                .map(|i| (self.logprobs.get(i).copied().unwrap_or(0.0) - trainer[i]).abs())
+                .collect(),
+        )
+    }
+}
+
 /// The newest episodes file of a run (`episodes/step_N.jsonl` with the highest N).
 pub fn latest_episodes_file(run: &Path) -> Option<(usize, PathBuf)> {
     let entries = std::fs::read_dir(run.join("episodes")).ok()?;
@@ -193,10 +217,7 @@ pub fn episode_html(episode: &StoredEpisode, group_advantage: f64, id: &str) -> 
             .unwrap_or_else(|| format!("#{}", episode.tokens[i]))
     };
     let source = |i: usize| episode.sources.get(i).map_or("prompt", String::as_str);
-    let recorded_mismatch = episode
-        .trainer_logprobs
-        .as_ref()
-        .is_some_and(|t| t.len() == n);
+    let recorded_mismatch = episode.records_trainer_logprobs();
     let verdict = if episode.reward.solved() {
         "solved (hidden tests pass)"
     } else if episode.reward.hacked() {
@@ -356,5 +377,12 @@ mod tests {
         with_trainer.trainer_logprobs = Some(vec![0.0, -0.45, -0.1, 0.0]);
         let html = episode_html(&with_trainer, 1.0, "e1");
         assert!(html.contains("|Δ log p| 0.050"), "{html}");
+        let gaps = with_trainer.action_mismatch().unwrap();
+        assert_eq!(gaps.len(), 2);
+        assert!((gaps[0] - 0.05).abs() < 1e-12 && gaps[1] == 0.0, "{gaps:?}");
+        // A length that does not match the tokens is not a record of them.
+        with_trainer.trainer_logprobs = Some(vec![0.0]);
+        assert!(!with_trainer.records_trainer_logprobs());
+        assert!(with_trainer.action_mismatch().is_none());
     }
 }

@@ -209,29 +209,41 @@ fn update_scalars(line: &mut MetricLine, u: &UpdateMetrics) {
 }
 
 /// One line of `episodes/step_N.jsonl`: the episode as sampled, plus the text of every token
-/// (the codec's word for it) so a reader needs no vocabulary to read it.
+/// (the codec's word for it) so a reader needs no vocabulary to read it, and the trainer's
+/// log-prob of every token beside the engine's (`logprobs`) where the trainer scored them.
 #[derive(Debug, Serialize)]
 pub struct EpisodeRecord<'a> {
     #[serde(flatten)]
     pub episode: &'a Episode,
     /// `token_text[i]` is the text of `tokens[i]`.
     pub token_text: Vec<String>,
+    /// `trainer_logprobs[i]`: the trainer's log-prob of `tokens[i]` at the weights the engine
+    /// sampled with (0 on prompt and observation tokens, as `logprobs`); absent where the run
+    /// did not score them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trainer_logprobs: Option<&'a [f32]>,
 }
 
-/// The records of `episodes`, with token text from `codec`'s vocabulary.
+/// The records of `episodes`, with token text from `codec`'s vocabulary and, where given,
+/// `trainer_logprobs[i]` for episode `i` (`crate::update::trainer_token_logprobs`).
 pub fn episode_records<'a>(
     episodes: &'a [Episode],
     codec: &dyn ChatCodec,
+    trainer_logprobs: Option<&'a [Vec<f32>]>,
 ) -> Vec<EpisodeRecord<'a>> {
     episodes
         .iter()
-        .map(|episode| EpisodeRecord {
+        .enumerate()
+        .map(|(i, episode)| EpisodeRecord {
             episode,
             token_text: episode
                 .tokens
                 .iter()
                 .map(|&id| codec.decode(&[id]))
                 .collect(),
+            trainer_logprobs: trainer_logprobs
+                .and_then(|all| all.get(i))
+                .map(Vec::as_slice),
         })
         .collect()
 }

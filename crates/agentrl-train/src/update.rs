@@ -24,7 +24,7 @@ use agentrl_rl::{
     rollout_correction_and_rejection, sum_pi_squared, token_log_probs, value_loss, AdvantageExtras,
     AdvantageInputs, AggMode, AggScale, PolicyLoss, PolicyLossInputs,
 };
-use agentrl_rollout::Batch;
+use agentrl_rollout::{Batch, Episode};
 use anyhow::Context;
 use candle_core::{DType, Device, Tensor, Var};
 use rand::seq::SliceRandom;
@@ -534,6 +534,52 @@ pub fn update_with(
             .collect();
     }
     Ok(metrics)
+}
+
+/// The trainer's log-prob of every token of `episodes` under `policy`'s current weights at
+/// `temperature` (what the old-log-prob pass of [`update_with`] scores), in episode order:
+/// one value per token, 0 on prompt and observation tokens as in [`Episode::logprobs`].
+///
+/// Stored beside the engine's sampling log-probs in `episodes/step_N.jsonl`, so the episode
+/// view shows engine/trainer mismatch token by token. Called before the update, it scores
+/// with the weights a synchronous engine sampled with. One forward pass over all `episodes`,
+/// like the old-log-prob pass; an episode too short to score (under 2 tokens) gets zeros.
+pub fn trainer_token_logprobs(
+    policy: &dyn Policy,
+    episodes: &[Episode],
+    pad: u32,
+    device: &Device,
+    temperature: f64,
+) -> anyhow::Result<Vec<Vec<f32>>> {
+    let mut out: Vec<Vec<f32>> = episodes.iter().map(|e| vec![0.0; e.len()]).collect();
+    let scorable: Vec<usize> = (0..episodes.len())
+        .filter(|&i| episodes[i].len() >= 2)
+        .collect();
+    if scorable.is_empty() {
+        return Ok(out);
+    }
+    let picked: Vec<Episode> = scorable.iter().map(|&i| episodes[i].clone()).collect();
+    let batch = Batch::from_episodes(&picked, pad, device)
+        .context("scoring the stored episodes with the trainer")?;
+    let scored = score(
+        policy,
+        &batch.input_ids,
+        &batch.targets,
+        &batch.loss_mask,
+        temperature,
+    )
+    .context("scoring the stored episodes with the trainer")?;
+    let rows = scored
+        .logp
+        .detach()
+        .to_dtype(DType::F32)?
+        .to_vec2::<f32>()?;
+    for (&i, row) in scorable.iter().zip(&rows) {
+        // Column `t` predicts token `t + 1` (`Batch`'s alignment); off the loss mask it is 0.
+        let n = out[i].len();
+        out[i][1..].copy_from_slice(&row[..n - 1]);
+    }
+    Ok(out)
 }
 
 /// One supervised step: negative log-likelihood of the masked tokens (the action tokens of

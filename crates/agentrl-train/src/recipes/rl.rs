@@ -47,7 +47,9 @@ use crate::config::{apply_resume_overrides, parse_config_file, Config, ConfigCha
 use crate::metrics::{episode_records, metric_line, RolloutStats};
 use crate::optim::{AdamW, AdamWParams};
 use crate::schedule::learning_rate;
-use crate::update::{supervised_update, update_with, BatchExtras, UpdateMetrics, UpdateSetup};
+use crate::update::{
+    supervised_update, trainer_token_logprobs, update_with, BatchExtras, UpdateMetrics, UpdateSetup,
+};
 
 /// Purposes of the derived random streams (any distinct constants).
 const STREAM_TASKS: u64 = 0x7461_736b;
@@ -667,6 +669,20 @@ impl Trainer {
         let baselines = self.greedy_baselines(step, &kept)?;
         let components = gdpo::reward_components(&self.knobs, kept.iter().map(|(e, _)| &e.reward));
         let time_rollout_s = started.elapsed().as_secs_f64();
+        // The trainer's log-probs of the episodes written this step, before the update (the
+        // weights a sync engine sampled with): the episode view's engine/trainer mismatch.
+        let every = self.config.train.episodes_every;
+        let trainer_logprobs = crate::every(step + 1, every)
+            .then(|| {
+                trainer_token_logprobs(
+                    self.policy.as_ref(),
+                    &all,
+                    self.codec.pad_id(),
+                    &self.device,
+                    sampling.temperature,
+                )
+            })
+            .transpose()?;
 
         // Asynchronous rollouts: the next step's episodes are sampled on the engine's weights
         // (synced first if they would be too stale) while this step's update runs.
@@ -766,10 +782,9 @@ impl Trainer {
         let time_step_s = started.elapsed().as_secs_f64();
         self.state.train_seconds += time_step_s;
 
-        let every = self.config.train.episodes_every;
         if crate::every(self.state.step, every) {
-            self.run
-                .write_episodes(self.state.step, &episode_records(&all, self.codec.as_ref()))?;
+            let records = episode_records(&all, self.codec.as_ref(), trainer_logprobs.as_deref());
+            self.run.write_episodes(self.state.step, &records)?;
         }
         let n = all.len().max(1) as f64;
         let mean = |f: &dyn Fn(&Episode) -> f64| all.iter().map(f).sum::<f64>() / n;
