@@ -173,7 +173,7 @@ pub fn sft_step(trainer: &mut Trainer, data: &SftData) -> anyhow::Result<StepRec
     if crate::every(trainer.state.step, every) {
         trainer.run.write_episodes(
             trainer.state.step,
-            &episode_records(&episodes, trainer.codec.as_ref()),
+            &episode_records(&episodes, trainer.codec.as_ref(), None),
         )?;
     }
     let n = episodes.len() as f64;
