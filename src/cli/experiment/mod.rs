@@ -254,11 +254,14 @@ fn mean_series(arm: &ArmRuns, metric: &str) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// Mean of a metric over a run's last `n` steps.
+/// Mean of a metric over a run's last `n` steps; NaN where the run did not record it.
 pub(crate) fn late_mean(lines: &[MetricLine], metric: &str, n: usize) -> f64 {
     let tail = &lines[lines.len().saturating_sub(n)..];
     let values: Vec<f64> = tail.iter().filter_map(|l| l.get(metric)).collect();
-    values.iter().sum::<f64>() / values.len().max(1) as f64
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.iter().sum::<f64>() / values.len() as f64
 }
 
 /// Mean and spread (min–max) over seeds of a per-run figure.
@@ -277,8 +280,22 @@ impl OverSeeds {
         }
     }
 
-    /// `0.42 (0.30–0.55)`, two decimals.
+    /// `0.42 (0.30–0.55)`, two decimals; `—` for a figure the runs did not record.
     pub fn show(&self) -> String {
+        if !self.mean.is_finite() {
+            return "—".to_string();
+        }
         format!("{:.2} ({:.2}–{:.2})", self.mean, self.min, self.max)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_figure_no_run_recorded_shows_as_a_dash() {
+        assert_eq!(OverSeeds::of(&[f64::NAN, f64::NAN]).show(), "—");
+        assert_eq!(OverSeeds::of(&[0.25, 0.5]).show(), "0.38 (0.25–0.50)");
     }
 }
