@@ -63,6 +63,7 @@ pub(crate) const EXPERIMENT: Experiment = Experiment {
         },
     ],
     judge,
+    evals: false,
     figures: &[
         (
             "solve_hidden",

@@ -13,6 +13,7 @@
 //! `experiments/<name>.md` holds each experiment's recorded output, which
 //! `tests/experiment_cli.rs` compares (verdict and rounded numbers) for the fast ones.
 
+mod entropy_collapse;
 mod mismatch;
 mod reward_hacking;
 
@@ -23,10 +24,11 @@ use anyhow::{bail, Context as _};
 use clap::Args;
 
 use agentrl_monitor::plot::{Chart, LegendEntry, Line, Scale};
+use agentrl_rollout::EvalReport;
 use agentrl_run::metrics::{read_metrics, MetricLine};
 use agentrl_train::config::load_config;
 use agentrl_train::recipes::rl::Trainer;
-use agentrl_train::session::{run_session, Progress, SessionOptions};
+use agentrl_train::session::{run_session, Progress, SessionOptions, SessionOutcome};
 
 #[derive(Debug, Args)]
 pub struct ExperimentArgs {
@@ -53,6 +55,8 @@ pub(crate) struct Experiment {
     pub judge: fn(&[ArmRuns]) -> Judgement,
     /// Figures: (file stem, title, y label, metric).
     pub figures: &'static [(&'static str, &'static str, &'static str, &'static str)],
+    /// Evaluate every split before and after training (pass@k at `eval.samples`).
+    pub evals: bool,
 }
 
 /// One configuration under study.
@@ -61,10 +65,12 @@ pub(crate) struct Arm {
     pub sets: &'static [&'static str],
 }
 
-/// An arm's runs, one per seed: (seed, metrics lines).
+/// An arm's runs, one per seed: (seed, metrics lines), and with [`Experiment::evals`] each
+/// run's evaluations (before, after training).
 pub(crate) struct ArmRuns {
     pub name: &'static str,
     pub runs: Vec<(u64, Vec<MetricLine>)>,
+    pub evals: Vec<(Vec<EvalReport>, Vec<EvalReport>)>,
 }
 
 pub(crate) struct Judgement {
@@ -74,7 +80,11 @@ pub(crate) struct Judgement {
     pub verdict: String,
 }
 
-const EXPERIMENTS: &[&Experiment] = &[&reward_hacking::EXPERIMENT, &mismatch::EXPERIMENT];
+const EXPERIMENTS: &[&Experiment] = &[
+    &reward_hacking::EXPERIMENT,
+    &mismatch::EXPERIMENT,
+    &entropy_collapse::EXPERIMENT,
+];
 
 pub fn experiment(args: ExperimentArgs) -> anyhow::Result<()> {
     if args.name == "list" {
@@ -114,15 +124,17 @@ pub fn experiment(args: ExperimentArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut arms = Vec::new();
     for arm in experiment.arms {
-        let mut runs = Vec::new();
+        let (mut runs, mut evals) = (Vec::new(), Vec::new());
         for &seed in &args.seeds {
             eprintln!("{}: arm {} seed {seed}", experiment.name, arm.name);
-            let lines = train_arm(&out, experiment.common, arm, seed)?;
+            let (lines, outcome) = train_arm(&out, experiment, arm, seed)?;
             runs.push((seed, lines));
+            evals.push((outcome.before, outcome.after));
         }
         arms.push(ArmRuns {
             name: arm.name,
             runs,
+            evals,
         });
     }
     let judgement = (experiment.judge)(&arms);
@@ -163,8 +175,13 @@ pub fn experiment(args: ExperimentArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Trains one arm on one seed under `out/<arm>-<seed>` and returns its metrics.
-fn train_arm(out: &Path, common: &[&str], arm: &Arm, seed: u64) -> anyhow::Result<Vec<MetricLine>> {
+/// Trains one arm on one seed under `out/<arm>-<seed>`; returns its metrics and session.
+fn train_arm(
+    out: &Path,
+    experiment: &Experiment,
+    arm: &Arm,
+    seed: u64,
+) -> anyhow::Result<(Vec<MetricLine>, SessionOutcome)> {
     let mut sets = vec![
         format!(
             "train.runs_root={}",
@@ -175,17 +192,18 @@ fn train_arm(out: &Path, common: &[&str], arm: &Arm, seed: u64) -> anyhow::Resul
         "train.threads=1".to_string(),
         "train.checkpoint_every=0".to_string(),
     ];
-    sets.extend(common.iter().map(|s| s.to_string()));
+    sets.extend(experiment.common.iter().map(|s| s.to_string()));
     sets.extend(arm.sets.iter().map(|s| s.to_string()));
     let config = load_config(None, &sets)?;
     let (trainer, _) = Trainer::create(config)?;
     let options = SessionOptions {
         progress: Progress::Off,
-        summary_evals: false,
+        summary_evals: experiment.evals,
         stop: None,
     };
     let outcome = run_session(trainer, &options)?;
-    read_metrics(&Path::new(&outcome.run_dir).join("metrics.jsonl"))
+    let lines = read_metrics(&Path::new(&outcome.run_dir).join("metrics.jsonl"))?;
+    Ok((lines, outcome))
 }
 
 const COLORS: [&str; 6] = [

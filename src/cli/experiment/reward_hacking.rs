@@ -31,6 +31,7 @@ pub(crate) const EXPERIMENT: Experiment = Experiment {
         },
     ],
     judge,
+    evals: false,
     figures: &[
         (
             "solve_gap",
