@@ -32,6 +32,10 @@ pub struct Config {
     pub eval: EvalConfig,
     /// Supervised fine-tuning (`agentrl sft`): its learning rate and data.
     pub sft: SftConfig,
+    /// Rejection-sampling fine-tuning (`agentrl rft`): samples per task, SFT steps per round.
+    pub rft: RftConfig,
+    /// DPO (`agentrl dpo`): beta, learning rate, the pair pool.
+    pub dpo: DpoConfig,
 }
 
 /// Which policy a run trains.
@@ -273,4 +277,28 @@ pub struct SftConfig {
     /// the gym's scripted expert, fresh demonstrations each step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<String>,
+}
+
+/// Rejection-sampling fine-tuning (`agentrl rft`, `recipes::rft`): each of the `train.steps`
+/// rounds samples `samples_per_task` episodes of each of the step's `rollout.tasks_per_step`
+/// tasks, keeps those the verifier accepts on the hidden tests, and runs `sft_steps`
+/// supervised updates on them at `sft.lr`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RftConfig {
+    pub samples_per_task: usize,
+    pub sft_steps: usize,
+}
+
+/// DPO (`agentrl dpo`, `recipes::dpo`): the pair pool is sampled once from the start policy
+/// (`samples_per_task` episodes of every train task); each step trains on
+/// `rollout.tasks_per_step x rollout.group_size` of its pairs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DpoConfig {
+    /// Strength of the implicit KL to the reference (ALGORITHMS.md §14: 0.1).
+    pub beta: f64,
+    /// Learning rate (constant).
+    pub lr: f64,
+    pub samples_per_task: usize,
 }
