@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod chat;
 mod dashboard;
+mod distill;
 mod doctor;
 mod dpo;
 mod plan;
@@ -44,6 +45,9 @@ pub enum Command {
     /// DPO on pairs of one task (a verified episode against a failed sample), with the start
     /// weights as the frozen reference (same run directory as `train`).
     Dpo(dpo::DpoArgs),
+    /// On-policy distillation: the student samples, a teacher run's checkpoint scores every
+    /// sampled token (per-token reverse KL); same run directory as `train`.
+    Distill(distill::DistillArgs),
     /// Evaluate a run's checkpoint: solve rates and pass@k on hidden tests.
     Eval(train::EvalArgs),
     /// The BugFix gym: list, show, play, run, validate tasks.
@@ -119,6 +123,7 @@ pub fn main() -> ExitCode {
         Command::Sft(args) => sft::sft(args),
         Command::Rft(args) => rft::rft(args),
         Command::Dpo(args) => dpo::dpo(args),
+        Command::Distill(args) => distill::distill(args),
         Command::Eval(args) => train::eval(args),
         Command::Gym(args) => agentrl_gym::cli::run(args),
         Command::Chat(args) => chat::chat(args),

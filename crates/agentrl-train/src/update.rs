@@ -586,6 +586,74 @@ pub fn sequence_log_probs_of(policy: &dyn Policy, batch: &Batch) -> anyhow::Resu
     Ok(agentrl_rl::sequence_log_probs(&logp, &batch.loss_mask)?)
 }
 
+/// `log π(target)` of each action token of `batch` under `policy` (temperature 1), `[B, T]`,
+/// 0 off the loss mask.
+pub fn token_log_probs_of(policy: &dyn Policy, batch: &Batch) -> anyhow::Result<Tensor> {
+    Ok(score(
+        policy,
+        &batch.input_ids,
+        &batch.targets,
+        &batch.loss_mask,
+        1.0,
+    )?
+    .logp)
+}
+
+/// What one on-policy distillation update measured.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct DistillMetrics {
+    /// Mean per-token reverse KL estimate `log π_S − log π_T` over the student's sampled
+    /// action tokens (the distillation loss; 0 when student and teacher agree).
+    pub reverse_kl: f64,
+    pub grad_norm: f64,
+}
+
+/// One on-policy distillation step (ALGORITHMS.md §15, tinker-cookbook): advantages
+/// `A_t = −coef · (log π_S − log π_T)` on the student's own action tokens
+/// (`agentrl_rl::distill_advantages`, detached, no future sum) into the on-policy
+/// importance-sampling policy gradient `−Σ_t m_t A_t · π_S/sg(π_S) / Σ_t m_t`, whose value is
+/// 0 and whose gradient is `−A_t ∇ log π_S`. `teacher_logp` is `[B, T]` (0 off the mask).
+#[allow(clippy::too_many_arguments)]
+pub fn distill_update(
+    policy: &dyn Policy,
+    optimizer: &mut AdamW,
+    vars: &[Var],
+    batch: &Batch,
+    teacher_logp: &Tensor,
+    coef: f64,
+    lr: f64,
+    grad_clip: f64,
+    dry_run: bool,
+) -> anyhow::Result<DistillMetrics> {
+    let logp = token_log_probs_of(policy, batch)?;
+    let mask = &batch.loss_mask;
+    let kl = agentrl_rl::reverse_kl_per_token(&logp.detach(), teacher_logp)?;
+    let reverse_kl = scalar(&aggregate(
+        &kl,
+        mask,
+        AggMode::TokenMean,
+        &AggScale::default(),
+    )?)?;
+    anyhow::ensure!(
+        reverse_kl.is_finite(),
+        "distillation update: the reverse KL is {reverse_kl}"
+    );
+    let mut grad_norm = 0.0;
+    if !dry_run {
+        let advantages = agentrl_rl::distill_advantages(&logp, teacher_logp, mask, coef)?;
+        let ratio = logp.sub(&logp.detach())?.exp()?;
+        let surrogate = advantages.mul(&ratio)?.neg()?;
+        let loss = aggregate(&surrogate, mask, AggMode::TokenMean, &AggScale::default())?;
+        let mut grads = loss.backward().context("backward pass")?;
+        grad_norm = clip_grad_norm(&mut grads, vars, grad_clip)?;
+        optimizer.step(&grads, lr)?;
+    }
+    Ok(DistillMetrics {
+        reverse_kl,
+        grad_norm,
+    })
+}
+
 /// What one DPO update measured (`agentrl_rl::DpoOutput`, as numbers).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct DpoMetrics {

@@ -171,3 +171,71 @@ fn dpo_loss_falls_and_the_margin_grows_on_fixed_pairs() -> anyhow::Result<()> {
     assert!(margin[5] > margin[0], "{margin:?}");
     Ok(())
 }
+
+#[test]
+fn distillation_loss_is_zero_against_itself_and_positive_against_another_teacher(
+) -> anyhow::Result<()> {
+    use agentrl_train::recipes::distill::{open_teacher, run_distill_session};
+    use agentrl_train::recipes::sft::run_sft_session;
+    let tmp = tempfile::tempdir()?;
+    let tasks = tmp.path().join("tasks");
+    common::task_dir(&tasks, [2, 1, 1])?;
+    let runs = tmp.path().join("runs");
+    // The teacher: a bigger TinyAgent, SFT-trained.
+    let (teacher, _) = Trainer::create(config(
+        &runs,
+        &tasks,
+        "teacher",
+        &[
+            "train.steps=8".into(),
+            "train.seed=3".into(),
+            "model.d_model=48".into(),
+            "model.layers=2".into(),
+        ],
+    )?)?;
+    let outcome = run_sft_session(teacher, &quiet(), &mut |_, _| Ok(()))?;
+    let teacher_run = std::path::PathBuf::from(&outcome.run_dir);
+    let teacher_solve = solve_rate(&Trainer::open_for_eval(&teacher_run)?)?;
+
+    let teacher_set = format!("distill.teacher={:?}", teacher_run.display().to_string());
+    // Student == teacher: same shape, the teacher's weights.
+    let (mut same, _) = Trainer::create(config(
+        &runs,
+        &tasks,
+        "same",
+        &[
+            "model.d_model=48".into(),
+            "model.layers=2".into(),
+            teacher_set.clone(),
+        ],
+    )?)?;
+    same.init_weights_from(&teacher_run)?;
+    let teacher = open_teacher(&same, &teacher_run)?;
+    let mut rng = agentrl_train::recipes::rl::stream(1, 0, 9);
+    let ids = same.tasks_for_step(0);
+    let episodes = same.sample_policy_episodes(&ids, 8, &mut rng)?;
+    let zero = same.distill_update(&teacher, &episodes, 1.0, 1e-3, true)?;
+    assert_eq!(zero.reverse_kl, 0.0, "{zero:?}");
+    drop(same);
+
+    // A smaller, untrained student: positive, and the recipe runs on it.
+    let (student, _) = Trainer::create(config(
+        &runs,
+        &tasks,
+        "student",
+        &["train.steps=10".into(), "train.seed=3".into(), teacher_set],
+    )?)?;
+    let untrained = solve_rate(&student)?;
+    let outcome = run_distill_session(student, &quiet(), &mut |_, _| Ok(()))?;
+    let run = std::path::PathBuf::from(&outcome.run_dir);
+    let kl = metric_series(&run, "distill/reverse_kl")?;
+    let distilled = solve_rate(&Trainer::open_for_eval(&run)?)?;
+    eprintln!(
+        "distill: teacher solves {teacher_solve:.3}; student {untrained:.3} -> {distilled:.3}; \
+         reverse KL per step {kl:.3?}"
+    );
+    assert_eq!(kl.len(), 10);
+    assert!(kl[0] > 0.1, "{kl:?}");
+    assert!(kl[9] < kl[0], "{kl:?}");
+    Ok(())
+}

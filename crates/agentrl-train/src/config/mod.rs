@@ -16,9 +16,9 @@ pub use load::{
     DEFAULT_CONFIG_TOML, RESUMABLE_KEYS,
 };
 pub use schema::{
-    AlgorithmConfig, Config, DpoConfig, EngineConfig, EngineKind, EvalConfig, ModelConfig,
-    ModelKind, OptimConfig, Qwen3Settings, RftConfig, RolloutConfig, ScheduleKind, SftConfig,
-    TrainConfig,
+    AlgorithmConfig, Config, DistillConfig, DpoConfig, EngineConfig, EngineKind, EvalConfig,
+    ModelConfig, ModelKind, OptimConfig, Qwen3Settings, RftConfig, RolloutConfig, ScheduleKind,
+    SftConfig, TrainConfig,
 };
 pub use validate::Validation;
 

@@ -36,6 +36,8 @@ pub struct Config {
     pub rft: RftConfig,
     /// DPO (`agentrl dpo`): beta, learning rate, the pair pool.
     pub dpo: DpoConfig,
+    /// On-policy distillation (`agentrl distill`): the teacher run and the advantage scale.
+    pub distill: DistillConfig,
 }
 
 /// Which policy a run trains.
@@ -301,4 +303,18 @@ pub struct DpoConfig {
     /// Learning rate (constant).
     pub lr: f64,
     pub samples_per_task: usize,
+}
+
+/// On-policy distillation (`agentrl distill --teacher RUN`, `recipes::distill`): each step the
+/// student samples `rollout.tasks_per_step x rollout.group_size` episodes, the teacher scores
+/// every sampled action token, and the per-token reverse KL times `coef` is the (negative)
+/// advantage; the learning rate is the `[optim]` schedule's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DistillConfig {
+    /// The teacher's run directory (its newest loadable checkpoint); `--teacher` sets it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub teacher: Option<String>,
+    /// tinker-cookbook's `kl_penalty_coef` (ALGORITHMS.md §15: 1.0).
+    pub coef: f64,
 }

@@ -163,6 +163,12 @@ impl Config {
         if !positive_finite(self.dpo.lr) {
             errors.push(format!("dpo.lr must be > 0, got {}", self.dpo.lr));
         }
+        if !self.distill.coef.is_finite() || self.distill.coef <= 0.0 {
+            errors.push(format!(
+                "distill.coef must be > 0, got {}",
+                self.distill.coef
+            ));
+        }
         if self.dpo.samples_per_task < 2 {
             errors.push(format!(
                 "dpo.samples_per_task must be >= 2 (a pair needs a failed sample), got {}",

@@ -1295,6 +1295,57 @@ impl Trainer {
         Ok(metrics)
     }
 
+    /// Opens another run's newest loadable checkpoint as a frozen teacher (`agentrl distill
+    /// --teacher RUN`): read-only like [`Self::open_for_eval`], computing on this process's
+    /// `threads` whatever the teacher's config says.
+    pub fn open_as_teacher(path: &std::path::Path, threads: usize) -> anyhow::Result<Self> {
+        let run = RunDir::open(path)?;
+        let config_path = run.config_path();
+        let mut config = parse_config_file(&config_path)?;
+        config.train.threads = threads;
+        config
+            .validated()
+            .with_context(|| format!("the config of the teacher {}", config_path.display()))?;
+        let tasks = checked_tasks(&config)?;
+        let mut teacher = Self::build(config, run, tasks)?;
+        teacher.load_newest_checkpoint()?;
+        Ok(teacher)
+    }
+
+    /// One on-policy distillation step ([`crate::update::distill_update`]) on the student's
+    /// own `episodes`, the `teacher` scoring every sampled action token, at `lr` with the
+    /// advantage coefficient `coef`; `dry_run` only measures. The step counter stays.
+    pub fn distill_update(
+        &mut self,
+        teacher: &Trainer,
+        episodes: &[Episode],
+        coef: f64,
+        lr: f64,
+        dry_run: bool,
+    ) -> anyhow::Result<crate::update::DistillMetrics> {
+        anyhow::ensure!(!episodes.is_empty(), "a distillation step needs episodes");
+        let batch = Batch::from_episodes(episodes, self.codec.pad_id(), &self.device)?;
+        let teacher_batch =
+            Batch::from_episodes(episodes, teacher.codec.pad_id(), &teacher.device)?;
+        let teacher_logp =
+            crate::update::token_log_probs_of(teacher.policy.as_ref(), &teacher_batch)?
+                .detach()
+                .to_device(&self.device)?;
+        let metrics = crate::update::distill_update(
+            self.policy.as_ref(),
+            &mut self.optimizer,
+            &self.vars,
+            &batch,
+            &teacher_logp,
+            coef,
+            lr,
+            self.config.optim.grad_clip,
+            dry_run,
+        )?;
+        self.state.optimizer_steps = self.optimizer.steps_taken();
+        Ok(metrics)
+    }
+
     /// Starts this fresh run from the weights of another run's newest loadable checkpoint
     /// (`agentrl train --init RUN`): the policy, the KL reference (the start of this run) and
     /// the engine's copy take them; the optimizer and the step counter stay fresh. The engine
