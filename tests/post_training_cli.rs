@@ -1,5 +1,6 @@
-//! `agentrl rft` and `agentrl dpo --init SFT_RUN` through the real binary: each writes the run
-//! directory `train` writes (config, metrics, checkpoints, summary) with its own figures.
+//! `agentrl rft`, `agentrl dpo --init SFT_RUN` (and its resume) and `agentrl distill --teacher
+//! RUN` through the real binary: each writes the run directory `train` writes (config,
+//! metrics, checkpoints, summary) with its own figures.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -108,4 +109,64 @@ fn rft_and_dpo_from_an_sft_run_write_runs_with_their_figures() {
             "{metrics}"
         );
     }
+
+    // A resumed DPO run trains on the pairs it saved, scored by its start weights.
+    let pool = std::fs::read(dpo_run.join("dpo_pairs.jsonl")).unwrap();
+    let resumed = run(&[
+        "dpo".into(),
+        "--json".into(),
+        "--resume".into(),
+        dpo_run.display().to_string(),
+        "--set".into(),
+        "train.steps=5".into(),
+    ]);
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    assert_eq!(
+        std::fs::read(dpo_run.join("dpo_pairs.jsonl")).unwrap(),
+        pool
+    );
+    let metrics = std::fs::read_to_string(dpo_run.join("metrics.jsonl")).unwrap();
+    assert_eq!(
+        metrics
+            .lines()
+            .filter(|l| l.contains("\"dpo/loss\""))
+            .count(),
+        5
+    );
+}
+
+#[test]
+fn distill_needs_a_teacher_and_learns_from_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = run(&args(tmp.path(), "distill", "no-teacher", &[]));
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--teacher"), "{stderr}");
+
+    let teacher = run(&args(tmp.path(), "sft", "teacher", &[]));
+    assert!(
+        teacher.status.success(),
+        "{}",
+        String::from_utf8_lossy(&teacher.stderr)
+    );
+    let with = vec![
+        "--teacher".to_string(),
+        tmp.path().join("runs/teacher").display().to_string(),
+    ];
+    let out = run(&args(tmp.path(), "distill", "student", &with));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("with distillation"), "{stderr}");
+    let metrics = std::fs::read_to_string(tmp.path().join("runs/student/metrics.jsonl")).unwrap();
+    assert_eq!(
+        metrics
+            .lines()
+            .filter(|l| l.contains("\"distill/reverse_kl\""))
+            .count(),
+        3
+    );
 }
