@@ -10,10 +10,13 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod chat;
 mod dashboard;
+mod distill;
 mod doctor;
+mod dpo;
 mod experiment;
 mod plan;
 mod replay;
+mod rft;
 mod score;
 mod serve;
 mod sft;
@@ -37,6 +40,15 @@ pub enum Command {
     /// Supervised fine-tuning on the gym expert's demonstrations or a JSONL file of episodes
     /// (same run directory as `train`; hand it on with `agentrl train --init RUN`).
     Sft(sft::SftArgs),
+    /// Rejection-sampling fine-tuning: SFT on the policy's own samples that pass the hidden
+    /// tests, round by round (same run directory as `train`).
+    Rft(rft::RftArgs),
+    /// DPO on pairs of one task (a verified episode against a failed sample), with the start
+    /// weights as the frozen reference (same run directory as `train`).
+    Dpo(dpo::DpoArgs),
+    /// On-policy distillation: the student samples, a teacher run's checkpoint scores every
+    /// sampled token (per-token reverse KL); same run directory as `train`.
+    Distill(distill::DistillArgs),
     /// Evaluate a run's checkpoint: solve rates and pass@k on hidden tests.
     Eval(train::EvalArgs),
     /// The BugFix gym: list, show, play, run, validate tasks.
@@ -112,6 +124,9 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Train(args) => train::train(args),
         Command::Sft(args) => sft::sft(args),
+        Command::Rft(args) => rft::rft(args),
+        Command::Dpo(args) => dpo::dpo(args),
+        Command::Distill(args) => distill::distill(args),
         Command::Eval(args) => train::eval(args),
         Command::Gym(args) => agentrl_gym::cli::run(args),
         Command::Chat(args) => chat::chat(args),

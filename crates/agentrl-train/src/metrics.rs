@@ -115,8 +115,16 @@ pub fn metric_line(record: &StepRecord) -> MetricLine {
     if let Some(peak) = agentrl_run::metrics::peak_rss_bytes() {
         line.set(names::PEAK_MEMORY_GB, peak as f64 / 1e9);
     }
+    for (name, value) in &record.recipe_metrics {
+        line.set(name, *value);
+    }
     if let Some(loss) = record.format_warmup_loss {
         line.set(names::SFT_LOSS, loss);
+        eval_scalars(&mut line, record);
+        return line;
+    }
+    if record.episodes == 0 && !record.recipe_metrics.is_empty() {
+        // A recipe step that sampled nothing (DPO on its pool): its own figures only.
         eval_scalars(&mut line, record);
         return line;
     }

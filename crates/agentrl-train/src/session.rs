@@ -242,6 +242,14 @@ pub fn run_recipe_session(
         let message = match record.format_warmup_loss {
             // A supervised step samples nothing: its loss is the figure to watch.
             Some(loss) => format!("sft loss {loss:.3}"),
+            // A recipe step that sampled nothing (DPO): its own figures.
+            None if record.episodes == 0 && !record.recipe_metrics.is_empty() => record
+                .recipe_metrics
+                .iter()
+                .filter(|(name, _)| name.ends_with("loss") || name.ends_with("margin"))
+                .map(|(name, value)| format!("{name} {value:.3}"))
+                .collect::<Vec<_>>()
+                .join("  "),
             None => format!(
                 "reward {:.2}  hidden solve {:.2}  entropy {:.2}",
                 record.reward, record.hidden_solve_rate, record.update.entropy

@@ -618,6 +618,151 @@ pub fn supervised_update(
     Ok(loss_value)
 }
 
+/// Summed log-probs of each episode's action tokens, `log π(y|x) = Σ_t m_t log π(y_t|…)`
+/// (ALGORITHMS.md §14; no length normalisation), `[B]`, differentiable in the policy.
+pub fn sequence_log_probs_of(policy: &dyn Policy, batch: &Batch) -> anyhow::Result<Tensor> {
+    let logp = score(
+        policy,
+        &batch.input_ids,
+        &batch.targets,
+        &batch.loss_mask,
+        1.0,
+    )?
+    .logp;
+    Ok(agentrl_rl::sequence_log_probs(&logp, &batch.loss_mask)?)
+}
+
+/// `log π(target)` of each action token of `batch` under `policy` (temperature 1), `[B, T]`,
+/// 0 off the loss mask.
+pub fn token_log_probs_of(policy: &dyn Policy, batch: &Batch) -> anyhow::Result<Tensor> {
+    Ok(score(
+        policy,
+        &batch.input_ids,
+        &batch.targets,
+        &batch.loss_mask,
+        1.0,
+    )?
+    .logp)
+}
+
+/// What one on-policy distillation update measured.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct DistillMetrics {
+    /// Mean per-token reverse KL estimate `log π_S − log π_T` over the student's sampled
+    /// action tokens (the distillation loss; 0 when student and teacher agree).
+    pub reverse_kl: f64,
+    pub grad_norm: f64,
+}
+
+/// One on-policy distillation step (ALGORITHMS.md §15, tinker-cookbook): advantages
+/// `A_t = −coef · (log π_S − log π_T)` on the student's own action tokens
+/// (`agentrl_rl::distill_advantages`, detached, no future sum) into the on-policy
+/// importance-sampling policy gradient `−Σ_t m_t A_t · π_S/sg(π_S) / Σ_t m_t`, whose value is
+/// 0 and whose gradient is `−A_t ∇ log π_S`. `teacher_logp` is `[B, T]` (0 off the mask).
+#[allow(clippy::too_many_arguments)]
+pub fn distill_update(
+    policy: &dyn Policy,
+    optimizer: &mut AdamW,
+    vars: &[Var],
+    batch: &Batch,
+    teacher_logp: &Tensor,
+    coef: f64,
+    lr: f64,
+    grad_clip: f64,
+    dry_run: bool,
+) -> anyhow::Result<DistillMetrics> {
+    let logp = token_log_probs_of(policy, batch)?;
+    let mask = &batch.loss_mask;
+    let kl = agentrl_rl::reverse_kl_per_token(&logp.detach(), teacher_logp)?;
+    let reverse_kl = scalar(&aggregate(
+        &kl,
+        mask,
+        AggMode::TokenMean,
+        &AggScale::default(),
+    )?)?;
+    anyhow::ensure!(
+        reverse_kl.is_finite(),
+        "distillation update: the reverse KL is {reverse_kl}"
+    );
+    let mut grad_norm = 0.0;
+    if !dry_run {
+        let advantages = agentrl_rl::distill_advantages(&logp, teacher_logp, mask, coef)?;
+        let ratio = logp.sub(&logp.detach())?.exp()?;
+        let surrogate = advantages.mul(&ratio)?.neg()?;
+        let loss = aggregate(&surrogate, mask, AggMode::TokenMean, &AggScale::default())?;
+        let mut grads = loss.backward().context("backward pass")?;
+        grad_norm = clip_grad_norm(&mut grads, vars, grad_clip)?;
+        optimizer.step(&grads, lr)?;
+    }
+    Ok(DistillMetrics {
+        reverse_kl,
+        grad_norm,
+    })
+}
+
+/// What one DPO update measured (`agentrl_rl::DpoOutput`, as numbers).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct DpoMetrics {
+    pub loss: f64,
+    /// Mean `β(log π − log π_ref)` of the chosen minus that of the rejected episodes.
+    pub margin: f64,
+    pub chosen_reward: f64,
+    pub rejected_reward: f64,
+    /// Share of pairs whose implicit reward prefers the chosen episode.
+    pub reward_accuracy: f64,
+    pub grad_norm: f64,
+}
+
+/// One DPO step (`agentrl_rl::dpo_loss`) on `pairs`, a batch of the `P` chosen episodes then
+/// the `P` rejected ones (row `i` against row `P + i`), with the frozen reference's summed
+/// log-probs of the same rows in `reference` (`2P` values, computed once from the start
+/// weights). `dry_run` measures without updating.
+#[allow(clippy::too_many_arguments)]
+pub fn dpo_update(
+    policy: &dyn Policy,
+    optimizer: &mut AdamW,
+    vars: &[Var],
+    pairs: &Batch,
+    reference: &[f32],
+    beta: f64,
+    lr: f64,
+    grad_clip: f64,
+    dry_run: bool,
+) -> anyhow::Result<DpoMetrics> {
+    let rows = pairs.group_ids.len();
+    anyhow::ensure!(
+        rows >= 2 && rows % 2 == 0 && reference.len() == rows,
+        "DPO update: {rows} rows and {} reference log-probs; want 2P of each (P chosen, P rejected)",
+        reference.len()
+    );
+    let p = rows / 2;
+    let logp = sequence_log_probs_of(policy, pairs)?;
+    let reference = Tensor::from_slice(reference, rows, logp.device())?.to_dtype(logp.dtype())?;
+    let out = agentrl_rl::dpo_loss(
+        &logp.narrow(0, 0, p)?,
+        &logp.narrow(0, p, p)?,
+        &reference.narrow(0, 0, p)?,
+        &reference.narrow(0, p, p)?,
+        beta,
+    )?;
+    let loss = scalar(&out.loss)?;
+    anyhow::ensure!(loss.is_finite(), "DPO update: the loss is {loss}");
+    let mut grad_norm = 0.0;
+    if !dry_run {
+        let mut grads = out.loss.backward().context("backward pass")?;
+        grad_norm = clip_grad_norm(&mut grads, vars, grad_clip)?;
+        optimizer.step(&grads, lr)?;
+    }
+    Ok(DpoMetrics {
+        loss,
+        margin: f64::from(out.margin),
+        chosen_reward: f64::from(out.chosen_reward),
+        rejected_reward: f64::from(out.rejected_reward),
+        reward_accuracy: f64::from(out.reward_accuracy),
+        grad_norm,
+    })
+}
+
 #[derive(Default)]
 struct Sums {
     steps: usize,

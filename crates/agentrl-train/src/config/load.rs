@@ -8,8 +8,8 @@ use anyhow::{bail, Context};
 use serde::Deserialize;
 
 use super::schema::{
-    AlgorithmConfig, Config, EvalConfig, ModelConfig, OptimConfig, RolloutConfig, SftConfig,
-    TrainConfig,
+    AlgorithmConfig, Config, DistillConfig, DpoConfig, EvalConfig, ModelConfig, OptimConfig,
+    RftConfig, RolloutConfig, SftConfig, TrainConfig,
 };
 
 /// `configs/default.toml`: the base every config file is layered on, the whole config of
@@ -129,6 +129,9 @@ fn check_section(raw: &toml::Table, section: &str, known: &[String]) -> anyhow::
         "reward" => agentrl_gym::RewardFn::deserialize(value).map(drop),
         "eval" => EvalConfig::deserialize(value).map(drop),
         "sft" => SftConfig::deserialize(value).map(drop),
+        "rft" => RftConfig::deserialize(value).map(drop),
+        "dpo" => DpoConfig::deserialize(value).map(drop),
+        "distill" => DistillConfig::deserialize(value).map(drop),
         _ => Ok(()),
     };
     result.map_err(|e| anyhow::anyhow!("[{section}]: {e}"))

@@ -32,6 +32,12 @@ pub struct Config {
     pub eval: EvalConfig,
     /// Supervised fine-tuning (`agentrl sft`): its learning rate and data.
     pub sft: SftConfig,
+    /// Rejection-sampling fine-tuning (`agentrl rft`): samples per task, SFT steps per round.
+    pub rft: RftConfig,
+    /// DPO (`agentrl dpo`): beta, learning rate, the pair pool.
+    pub dpo: DpoConfig,
+    /// On-policy distillation (`agentrl distill`): the teacher run and the advantage scale.
+    pub distill: DistillConfig,
 }
 
 /// Which policy a run trains.
@@ -273,4 +279,42 @@ pub struct SftConfig {
     /// the gym's scripted expert, fresh demonstrations each step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<String>,
+}
+
+/// Rejection-sampling fine-tuning (`agentrl rft`, `recipes::rft`): each of the `train.steps`
+/// rounds samples `samples_per_task` episodes of each of the step's `rollout.tasks_per_step`
+/// tasks, keeps those the verifier accepts on the hidden tests, and runs `sft_steps`
+/// supervised updates on them at `sft.lr`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RftConfig {
+    pub samples_per_task: usize,
+    pub sft_steps: usize,
+}
+
+/// DPO (`agentrl dpo`, `recipes::dpo`): the pair pool is sampled once from the start policy
+/// (`samples_per_task` episodes of every train task); each step trains on
+/// `rollout.tasks_per_step x rollout.group_size` of its pairs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DpoConfig {
+    /// Strength of the implicit KL to the reference (ALGORITHMS.md §14: 0.1).
+    pub beta: f64,
+    /// Learning rate (constant).
+    pub lr: f64,
+    pub samples_per_task: usize,
+}
+
+/// On-policy distillation (`agentrl distill --teacher RUN`, `recipes::distill`): each step the
+/// student samples `rollout.tasks_per_step x rollout.group_size` episodes, the teacher scores
+/// every sampled action token, and the per-token reverse KL times `coef` is the (negative)
+/// advantage; the learning rate is the `[optim]` schedule's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DistillConfig {
+    /// The teacher's run directory (its newest loadable checkpoint); `--teacher` sets it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub teacher: Option<String>,
+    /// tinker-cookbook's `kl_penalty_coef` (ALGORITHMS.md §15: 1.0).
+    pub coef: f64,
 }

@@ -151,6 +151,30 @@ impl Config {
         if !positive_finite(self.sft.lr) {
             errors.push(format!("sft.lr must be > 0, got {}", self.sft.lr));
         }
+        if self.rft.samples_per_task == 0 {
+            errors.push("rft.samples_per_task must be >= 1".into());
+        }
+        if self.rft.sft_steps == 0 {
+            errors.push("rft.sft_steps must be >= 1".into());
+        }
+        if !positive_finite(self.dpo.beta) {
+            errors.push(format!("dpo.beta must be > 0, got {}", self.dpo.beta));
+        }
+        if !positive_finite(self.dpo.lr) {
+            errors.push(format!("dpo.lr must be > 0, got {}", self.dpo.lr));
+        }
+        if !self.distill.coef.is_finite() || self.distill.coef <= 0.0 {
+            errors.push(format!(
+                "distill.coef must be > 0, got {}",
+                self.distill.coef
+            ));
+        }
+        if self.dpo.samples_per_task < 2 {
+            errors.push(format!(
+                "dpo.samples_per_task must be >= 2 (a pair needs a failed sample), got {}",
+                self.dpo.samples_per_task
+            ));
+        }
         if !positive_finite(t.format_warmup_lr) {
             errors.push(format!(
                 "train.format_warmup_lr must be > 0, got {}",

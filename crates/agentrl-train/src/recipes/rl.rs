@@ -112,6 +112,10 @@ pub struct StepRecord {
     /// Periodic evaluation on the train split, when it ran at this step.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub eval: Option<EvalReport>,
+    /// A recipe's own figures under their metric names (`rft/acceptance_rate`, `dpo/loss`,
+    /// ...), written as they are.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty", default)]
+    pub recipe_metrics: std::collections::BTreeMap<String, f64>,
 }
 
 /// A trainer's [`Sampler`], written as a struct of field borrows (a macro, not a method, so
@@ -816,6 +820,7 @@ impl Trainer {
             time_step_s,
             format_warmup_loss: None,
             eval: None,
+            recipe_metrics: Default::default(),
         };
         Ok(record)
     }
@@ -1198,8 +1203,16 @@ impl Trainer {
     /// batch's loss mask) at `lr`; advances the step counter and the episode count. Returns
     /// the loss.
     pub fn supervised_step(&mut self, episodes: &[Episode], lr: f64) -> anyhow::Result<f64> {
-        anyhow::ensure!(!episodes.is_empty(), "a supervised step needs episodes");
         let started = Instant::now();
+        let loss = self.supervised_update(episodes, lr)?;
+        self.finish_step(episodes.len(), started.elapsed().as_secs_f64());
+        Ok(loss)
+    }
+
+    /// One supervised optimizer step on `episodes` at `lr`, within the current training step
+    /// (the step counter stays: a recipe may take several, then [`Self::finish_step`]).
+    pub fn supervised_update(&mut self, episodes: &[Episode], lr: f64) -> anyhow::Result<f64> {
+        anyhow::ensure!(!episodes.is_empty(), "a supervised step needs episodes");
         let batch = Batch::from_episodes(episodes, self.codec.pad_id(), &self.device)?;
         let loss = supervised_update(
             self.policy.as_ref(),
@@ -1209,11 +1222,143 @@ impl Trainer {
             lr,
             self.config.optim.grad_clip,
         )?;
+        self.state.optimizer_steps = self.optimizer.steps_taken();
+        Ok(loss)
+    }
+
+    /// Ends a recipe's training step: the step counter, the episodes it sampled or read, its
+    /// seconds.
+    pub fn finish_step(&mut self, episodes: usize, seconds: f64) {
         self.state.step += 1;
         self.state.optimizer_steps = self.optimizer.steps_taken();
-        self.state.episodes_seen += episodes.len() as u64;
-        self.state.train_seconds += started.elapsed().as_secs_f64();
-        Ok(loss)
+        self.state.episodes_seen += episodes as u64;
+        self.state.train_seconds += seconds;
+    }
+
+    /// `per_task` episodes of each of `task_ids`, sampled by the current policy as an RL
+    /// step samples them (the run's sampling parameters, candidate shuffling, engine weights
+    /// synced to this step).
+    pub fn sample_policy_episodes(
+        &mut self,
+        task_ids: &[String],
+        per_task: usize,
+        rng: &mut ChaCha8Rng,
+    ) -> anyhow::Result<Vec<Episode>> {
+        self.sync_engine_for(self.state.step as u64)?;
+        let sampling = self.config.sampling.clone();
+        self.sampler().sample(
+            task_ids,
+            per_task,
+            &sampling,
+            self.config.rollout.shuffle_candidates,
+            rng,
+        )
+    }
+
+    /// The ids of the train split's tasks.
+    pub fn train_task_ids(&self) -> &[String] {
+        &self.train_ids
+    }
+
+    /// Summed action-token log-probs of each of `episodes` under the current policy (no
+    /// gradient kept), in chunks of `MAX_LIVE_EPISODES`.
+    pub fn sequence_log_probs(&self, episodes: &[Episode]) -> anyhow::Result<Vec<f32>> {
+        let mut out = Vec::with_capacity(episodes.len());
+        for chunk in episodes.chunks(MAX_LIVE_EPISODES) {
+            let batch = Batch::from_episodes(chunk, self.codec.pad_id(), &self.device)?;
+            let logp = crate::update::sequence_log_probs_of(self.policy.as_ref(), &batch)?;
+            out.extend(
+                logp.detach()
+                    .to_dtype(candle_core::DType::F32)?
+                    .to_vec1::<f32>()?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// One DPO optimizer step ([`crate::update::dpo_update`]) on `chosen[i]` against
+    /// `rejected[i]`, with the reference's summed log-probs `reference` (chosen then rejected)
+    /// at `lr`; `dry_run` only measures. The step counter stays.
+    pub fn dpo_update(
+        &mut self,
+        chosen: &[Episode],
+        rejected: &[Episode],
+        reference: &[f32],
+        lr: f64,
+        dry_run: bool,
+    ) -> anyhow::Result<crate::update::DpoMetrics> {
+        anyhow::ensure!(
+            !chosen.is_empty() && chosen.len() == rejected.len(),
+            "a DPO step needs as many chosen as rejected episodes (got {} and {})",
+            chosen.len(),
+            rejected.len()
+        );
+        let rows: Vec<Episode> = chosen.iter().chain(rejected).cloned().collect();
+        let batch = Batch::from_episodes(&rows, self.codec.pad_id(), &self.device)?;
+        let metrics = crate::update::dpo_update(
+            self.policy.as_ref(),
+            &mut self.optimizer,
+            &self.vars,
+            &batch,
+            reference,
+            self.config.dpo.beta,
+            lr,
+            self.config.optim.grad_clip,
+            dry_run,
+        )?;
+        self.state.optimizer_steps = self.optimizer.steps_taken();
+        Ok(metrics)
+    }
+
+    /// Opens another run's newest loadable checkpoint as a frozen teacher (`agentrl distill
+    /// --teacher RUN`): read-only like [`Self::open_for_eval`], computing on this process's
+    /// `threads` whatever the teacher's config says.
+    pub fn open_as_teacher(path: &std::path::Path, threads: usize) -> anyhow::Result<Self> {
+        let run = RunDir::open(path)?;
+        let config_path = run.config_path();
+        let mut config = parse_config_file(&config_path)?;
+        config.train.threads = threads;
+        config
+            .validated()
+            .with_context(|| format!("the config of the teacher {}", config_path.display()))?;
+        let tasks = checked_tasks(&config)?;
+        let mut teacher = Self::build(config, run, tasks)?;
+        teacher.load_newest_checkpoint()?;
+        Ok(teacher)
+    }
+
+    /// One on-policy distillation step ([`crate::update::distill_update`]) on the student's
+    /// own `episodes`, the `teacher` scoring every sampled action token, at `lr` with the
+    /// advantage coefficient `coef`; `dry_run` only measures. The step counter stays.
+    pub fn distill_update(
+        &mut self,
+        teacher: &Trainer,
+        episodes: &[Episode],
+        coef: f64,
+        lr: f64,
+        dry_run: bool,
+    ) -> anyhow::Result<crate::update::DistillMetrics> {
+        anyhow::ensure!(!episodes.is_empty(), "a distillation step needs episodes");
+        let batch = Batch::from_episodes(episodes, self.codec.pad_id(), &self.device)?;
+        let teacher_batch =
+            Batch::from_episodes(episodes, teacher.codec.pad_id(), &teacher.device)?;
+        let teacher_logp =
+            crate::update::token_log_probs_of(teacher.policy.as_ref(), &teacher_batch)?
+                .detach()
+                .to_device(&self.device)?;
+        let metrics = crate::update::distill_update(
+            self.policy.as_ref(),
+            &mut self.optimizer,
+            &self.vars,
+            &batch,
+            &teacher_logp,
+            coef,
+            lr,
+            self.config.optim.grad_clip,
+            dry_run,
+        )?;
+        self.state.optimizer_steps = self.optimizer.steps_taken();
+        Ok(metrics)
     }
 
     /// Starts this fresh run from the weights of another run's newest loadable checkpoint

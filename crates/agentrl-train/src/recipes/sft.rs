@@ -103,17 +103,30 @@ pub fn write_episodes(path: &Path, episodes: &[Episode]) -> anyhow::Result<()> {
 /// the edit forms the codec can write; each in a fresh candidate order when
 /// `rollout.shuffle_candidates` is on, within `rollout.max_turns` calls.
 pub fn expert_demonstrations(trainer: &Trainer, step: usize) -> anyhow::Result<Vec<Episode>> {
-    let config = &trainer.config;
     let task_ids = trainer.tasks_for_step(step);
-    let per_step = task_ids.len() * config.rollout.group_size;
-    let forms = edit_forms(trainer.codec.as_ref());
-    let jobs = expert_jobs(
+    let per_step = task_ids.len() * trainer.config.rollout.group_size;
+    expert_demonstrations_for(
+        trainer,
         &task_ids,
-        config.rollout.group_size,
-        &forms,
+        trainer.config.rollout.group_size,
         step * per_step,
-    );
-    let mut rng = stream(config.train.seed, step as u64, STREAM_SFT_VIEWS);
+        stream(trainer.config.train.seed, step as u64, STREAM_SFT_VIEWS),
+    )
+}
+
+/// `per_task` expert demonstrations of each of `task_ids`, the trajectory shapes and edit
+/// forms cycling from job `first_job` on, candidate orders drawn from `rng` (when
+/// `rollout.shuffle_candidates` is on).
+pub fn expert_demonstrations_for(
+    trainer: &Trainer,
+    task_ids: &[String],
+    per_task: usize,
+    first_job: usize,
+    mut rng: rand_chacha::ChaCha8Rng,
+) -> anyhow::Result<Vec<Episode>> {
+    let config = &trainer.config;
+    let forms = edit_forms(trainer.codec.as_ref());
+    let jobs = expert_jobs(task_ids, per_task, &forms, first_job);
     let envs: Vec<ShuffledCandidates<_>> = trainer
         .training_envs(jobs.len())
         .into_iter()
@@ -137,7 +150,7 @@ pub fn expert_demonstrations(trainer: &Trainer, step: usize) -> anyhow::Result<V
 
 /// The episodes of step `step` from a fixed set of `n`: consecutive slices of per-epoch
 /// permutations drawn from `(seed, epoch)`.
-fn slice_for_step(n: usize, per_step: usize, step: usize, seed: u64) -> Vec<usize> {
+pub(crate) fn slice_for_step(n: usize, per_step: usize, step: usize, seed: u64) -> Vec<usize> {
     (0..per_step)
         .map(|i| {
             let position = step * per_step + i;
