@@ -251,6 +251,8 @@ pub const PANELS: &[Panel] = &[
         metrics: &[
             m(names::TIME_STEP, "step"),
             m(names::TIME_GEN, "rollout (gen + env)"),
+            m(names::TIME_ENV, "env (of rollout)"),
+            m(names::TIME_SYNC, "weight sync"),
             m(names::TIME_UPDATE, "update"),
         ],
         include: ZERO,

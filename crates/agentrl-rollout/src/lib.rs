@@ -3,7 +3,7 @@
 //! Data flow: a task id → [`driver::run_groups`] (an `Engine` samples each turn, a
 //! `ChatCodec` renders and parses, an `Env` steps) → [`episode::Episode`]s, every token with
 //! its source, turn and sampling log-prob → [`batch::Batch`], the padded tensors the update
-//! consumes. [`demonstrate`] runs scripted calls (the gym's expert) through the same driver,
+//! consumes. [`env_clock`] times the environment's share of a rollout. [`demonstrate`] runs scripted calls (the gym's expert) through the same driver,
 //! for supervised fine-tuning. [`shuffle`] holds env wrappers that augment training episodes,
 //! [`staleness`] bounds how old the weights of asynchronous rollouts may be, and [`eval`]
 //! summarises episodes of a split into solve rates and pass@k.
@@ -16,6 +16,7 @@
 pub mod batch;
 pub mod demonstrate;
 pub mod driver;
+pub mod env_clock;
 pub mod episode;
 pub mod eval;
 pub mod shuffle;
@@ -26,6 +27,7 @@ pub use demonstrate::{demonstrate, edit_forms, expert_episodes, expert_jobs, Exp
 pub use driver::{
     run_episodes, run_groups, run_groups_bounded, EpisodeJob, LiveBound, RolloutLimits,
 };
+pub use env_clock::{EnvClock, Timed};
 pub use episode::{Episode, TokenSource};
 pub use eval::{evaluate_split, summarize, EpisodeOutcome, EvalReport};
 pub use shuffle::ShuffledCandidates;

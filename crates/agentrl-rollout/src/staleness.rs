@@ -48,6 +48,8 @@ pub struct Prefetched {
     pub step: u64,
     pub episodes: Vec<Episode>,
     pub rng: ChaCha8Rng,
+    /// Wall time their environments were busy (the step that trains on them reports it).
+    pub env_seconds: f64,
 }
 
 #[cfg(test)]

@@ -101,6 +101,10 @@ pub mod names {
     // ── systems ────────────────────────────────────────────────────────────────────────
     /// Sampling the step's episodes, environment steps included, seconds.
     pub const TIME_GEN: &str = "timing_s/gen";
+    /// Of the rollouts, the wall time an environment was busy (tool calls, test runs), seconds.
+    pub const TIME_ENV: &str = "timing_s/env";
+    /// Weight sync to the engine (its copy, or the inference servers), seconds.
+    pub const TIME_SYNC: &str = "timing_s/update_weights";
     /// The policy update (forward, backward, optimizer), seconds.
     pub const TIME_UPDATE: &str = "timing_s/update_actor";
     pub const TIME_STEP: &str = "timing_s/step";

@@ -112,6 +112,12 @@ pub fn metric_line(record: &StepRecord) -> MetricLine {
     line.set(names::LR, record.lr)
         .set(names::TIME_STEP, record.time_step_s)
         .set(names::TIME_UPDATE, record.time_update_s);
+    if let Some(seconds) = record.time_env_s {
+        line.set(names::TIME_ENV, seconds);
+    }
+    if let Some(seconds) = record.time_sync_s {
+        line.set(names::TIME_SYNC, seconds);
+    }
     if let Some(peak) = agentrl_run::metrics::peak_rss_bytes() {
         line.set(names::PEAK_MEMORY_GB, peak as f64 / 1e9);
     }

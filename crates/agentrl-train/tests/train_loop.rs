@@ -519,6 +519,15 @@ fn async_rollouts_stay_within_the_staleness_bound_and_are_corrected() -> anyhow:
         );
         assert!(staleness.iter().all(|&s| s <= bound as f64));
         assert!(staleness.contains(&(bound as f64)));
+        for r in &records {
+            // The rollouts' environment time and the weight syncs are timed every step.
+            assert!(
+                matches!(r.time_env_s, Some(s) if s > 0.0),
+                "{:?}",
+                r.time_env_s
+            );
+            assert!(matches!(r.time_sync_s, Some(s) if s >= 0.0));
+        }
         for r in records.iter().filter(|r| r.rollout.staleness_max > 0.0) {
             let is_mean = r.update.rollout_corr.get("rollout_corr/rollout_is_mean");
             let kl = r.update.rollout_corr.get("rollout_corr/k3_kl");

@@ -129,6 +129,8 @@ pub fn distill_step(trainer: &mut Trainer, teacher: &Trainer) -> anyhow::Result<
             ..UpdateMetrics::default()
         },
         time_rollout_s,
+        time_env_s: None,
+        time_sync_s: None,
         time_update_s: time_step_s - time_rollout_s,
         time_step_s,
         recipe_metrics: BTreeMap::from([(names::REVERSE_KL.to_string(), m.reverse_kl)]),

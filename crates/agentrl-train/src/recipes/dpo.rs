@@ -240,6 +240,8 @@ pub fn dpo_step(
             grad_norm: m.grad_norm,
             ..UpdateMetrics::default()
         },
+        time_env_s: None,
+        time_sync_s: None,
         time_update_s: time_step_s,
         time_step_s,
         recipe_metrics,

@@ -140,6 +140,8 @@ pub fn rft_step(trainer: &mut Trainer) -> anyhow::Result<StepRecord> {
             ..UpdateMetrics::default()
         },
         time_rollout_s,
+        time_env_s: None,
+        time_sync_s: None,
         time_update_s: time_step_s - time_rollout_s,
         time_step_s,
         recipe_metrics,

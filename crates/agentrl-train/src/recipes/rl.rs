@@ -31,8 +31,8 @@ use crate::policy_stack::{EngineReplica, TrainPolicy};
 use crate::preflight::{preflight, PreflightReport, PreflightSetup};
 use agentrl_rl::KlController;
 use agentrl_rollout::{
-    evaluate_split, run_groups_bounded, Batch, Episode, EvalReport, LiveBound, Prefetched,
-    RolloutLimits, ShuffledCandidates, StalenessBound, TokenSource,
+    evaluate_split, run_groups_bounded, Batch, EnvClock, Episode, EvalReport, LiveBound,
+    Prefetched, RolloutLimits, ShuffledCandidates, StalenessBound, Timed, TokenSource,
 };
 use agentrl_run::{write_atomic_with, RunDir, TrainState};
 use anyhow::{bail, Context};
@@ -103,6 +103,14 @@ pub struct StepRecord {
     #[serde(flatten)]
     pub update: UpdateMetrics,
     pub time_rollout_s: f64,
+    /// Wall time during which the step's rollouts had an environment busy (of
+    /// `time_rollout_s`, or overlapping the update with asynchronous rollouts).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub time_env_s: Option<f64>,
+    /// Bringing the engine's weights to the trainer's (a copy refreshed, or an adapter written
+    /// and loaded by the servers).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub time_sync_s: Option<f64>,
     pub time_update_s: f64,
     pub time_step_s: f64,
     /// Loss of a format warm-up step (`train.format_warmup_steps`); such steps sample no
@@ -128,6 +136,7 @@ macro_rules! sampler_of {
             tasks: &$trainer.tasks,
             executor: &$trainer.executor,
             cache: &$trainer.cache,
+            env_clock: &$trainer.env_clock,
             codec: $trainer.codec.as_ref(),
             weights: EngineWeights::of(
                 $trainer.policy.as_ref(),
@@ -171,6 +180,10 @@ pub struct Trainer {
     synced_once: bool,
     /// The next step's rollouts, sampled during this step's update (`engine.async_rollouts`).
     prefetched: Option<Prefetched>,
+    /// Busy time of the rollouts' environments (`timing_s/env`).
+    env_clock: Arc<EnvClock>,
+    /// Seconds of weight sync since the last step record (`timing_s/update_weights`).
+    sync_seconds: f64,
 }
 
 /// Weights an engine samples with, and their version.
@@ -406,6 +419,8 @@ impl Trainer {
             remote,
             synced_once: false,
             prefetched: None,
+            env_clock: EnvClock::new(),
+            sync_seconds: 0.0,
         })
     }
 
@@ -449,6 +464,14 @@ impl Trainer {
     /// servers' (a LoRA adapter in PEFT layout, or a full safetensors folder, written under
     /// the run's `weights/` and loaded by the servers; the newest folder is kept).
     fn sync_engine_copy(&mut self) -> anyhow::Result<()> {
+        let started = Instant::now();
+        let synced = self.sync_engine_weights();
+        self.sync_seconds += started.elapsed().as_secs_f64();
+        synced
+    }
+
+    /// [`Self::sync_engine_copy`], untimed.
+    fn sync_engine_weights(&mut self) -> anyhow::Result<()> {
         let version = self.state.step as u64;
         if let Some(remote) = &mut self.remote {
             if remote.weight_version() == version && self.synced_once {
@@ -619,6 +642,7 @@ impl Trainer {
         let shuffle_candidates = self.config.rollout.shuffle_candidates;
         // Episodes sampled during the previous step's update (asynchronous rollouts).
         let mut prefetched = self.prefetched.take().filter(|p| p.step == step as u64);
+        let mut prefetched_env_seconds = 0.0;
         if prefetched.is_none() {
             self.sync_engine_for(step as u64)?;
         }
@@ -633,6 +657,7 @@ impl Trainer {
             let ahead = if round == 0 { prefetched.take() } else { None };
             let mut episodes = if let Some(ahead) = ahead {
                 rollout_rng = ahead.rng;
+                prefetched_env_seconds = ahead.env_seconds;
                 ahead.episodes
             } else {
                 let task_ids = if round == 0 {
@@ -704,7 +729,12 @@ impl Trainer {
         let update_started = Instant::now();
         let lr = learning_rate(&self.config.optim, step, self.config.train.steps);
         // Field by field (the macro), so the update below may borrow the optimizer mutably.
-        let sampler = sampler_of!(self);
+        // The next step's environments are timed apart: that step reports them.
+        let ahead_clock = EnvClock::new();
+        let sampler = Sampler {
+            env_clock: &ahead_clock,
+            ..sampler_of!(self)
+        };
         if sample_ahead && matches!(sampler.weights, EngineWeights::Trainer { .. }) {
             bail!("asynchronous rollouts need the engine's own weights (a copy or servers)");
         }
@@ -713,6 +743,7 @@ impl Trainer {
                 let sampling = &sampling;
                 let sampler = &sampler;
                 let next_tasks = &next_tasks;
+                let ahead_clock = &ahead_clock;
                 scope.spawn(move || -> anyhow::Result<Prefetched> {
                     let mut rng = stream(seed, next as u64, STREAM_ROLLOUT);
                     let episodes = sampler.sample(
@@ -726,6 +757,7 @@ impl Trainer {
                         step: next as u64,
                         episodes,
                         rng,
+                        env_seconds: ahead_clock.take_busy_seconds(),
                     })
                 })
             });
@@ -816,6 +848,8 @@ impl Trainer {
             rollout: RolloutStats::of(&all, step as u64, self.config.rollout.max_turns),
             update: update_metrics,
             time_rollout_s,
+            time_env_s: Some(self.env_clock.take_busy_seconds() + prefetched_env_seconds),
+            time_sync_s: Some(std::mem::take(&mut self.sync_seconds)),
             time_update_s,
             time_step_s,
             format_warmup_loss: None,
@@ -953,6 +987,8 @@ impl Trainer {
                 optimizer_steps: 1,
                 ..UpdateMetrics::default()
             },
+            time_env_s: None,
+            time_sync_s: None,
             time_update_s: time_step_s,
             time_step_s,
             format_warmup_loss: Some(loss),
@@ -1078,6 +1114,7 @@ struct Sampler<'a> {
     tasks: &'a Arc<TaskSet>,
     executor: &'a Arc<dyn Executor>,
     cache: &'a Arc<OutcomeCache>,
+    env_clock: &'a Arc<EnvClock>,
     codec: &'a (dyn ChatCodec + Send + Sync),
     weights: EngineWeights<'a>,
 }
@@ -1151,10 +1188,11 @@ impl<'a> Sampler<'a> {
     ) -> anyhow::Result<Vec<Episode>> {
         let mut engine = self.engine()?;
         let mut make_envs =
-            |n: usize, rng: &mut ChaCha8Rng| -> Vec<ShuffledCandidates<BugFixEnv>> {
+            |n: usize, rng: &mut ChaCha8Rng| -> Vec<ShuffledCandidates<Timed<BugFixEnv>>> {
                 self.envs(n)
                     .into_iter()
                     .map(|env| {
+                        let env = Timed::new(env, self.env_clock.clone());
                         if shuffle_candidates {
                             ShuffledCandidates::new(env, rng.random())
                         } else {

@@ -207,6 +207,8 @@ pub fn sft_step(trainer: &mut Trainer, data: &SftData) -> anyhow::Result<StepRec
             ..UpdateMetrics::default()
         },
         time_rollout_s,
+        time_env_s: None,
+        time_sync_s: None,
         time_update_s: time_step_s - time_rollout_s,
         time_step_s,
         format_warmup_loss: Some(loss),
