@@ -49,6 +49,12 @@ fn helper_process() {
     if mode == "wait" {
         std::thread::sleep(Duration::from_secs(60));
     }
+    if mode == "exit" {
+        // Exit normally once the test has counted the workspaces (its stdin closes):
+        // exiting at once would race the count with the exit-time cleanup.
+        let mut line = String::new();
+        let _ = std::io::stdin().read_line(&mut line);
+    }
 }
 
 /// Starts the helper with `TMPDIR=tmpdir`; returns it and the first line it printed after
@@ -63,6 +69,7 @@ fn start_helper(mode: &str, tmpdir: &Path) -> (Child, String) {
         ])
         .env(HELPER_ENV, mode)
         .env("TMPDIR", tmpdir)
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -118,7 +125,8 @@ fn workspaces_are_removed_on_normal_exit_sigterm_and_sigint() {
         match how {
             "SIGTERM" => signal(child.id(), libc::SIGTERM),
             "SIGINT" => signal(child.id(), libc::SIGINT),
-            _ => {}
+            // Closing its stdin lets the helper return from main.
+            _ => drop(child.stdin.take()),
         }
         let status = child.wait().unwrap();
         println!("{how}: helper ended with {status}");
