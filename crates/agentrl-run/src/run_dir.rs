@@ -273,16 +273,16 @@ impl RunDir {
     /// that is not one plain folder name, and a directory that already holds a run or is
     /// being written by another process.
     pub fn create(runs_root: &Path, name: Option<&str>) -> anyhow::Result<Self> {
-        let name = match name {
+        let root = match name {
             Some(n) => {
                 validate_run_name(n).map_err(anyhow::Error::msg)?;
-                n.to_string()
+                let root = runs_root.join(n);
+                fs::create_dir_all(&root)
+                    .with_context(|| format!("creating run directory {}", root.display()))?;
+                root
             }
-            None => timestamp_name(),
+            None => fresh_timestamped_dir(runs_root)?,
         };
-        let root = runs_root.join(&name);
-        fs::create_dir_all(&root)
-            .with_context(|| format!("creating run directory {}", root.display()))?;
         // The lock first, so a run being written is refused with its writer's pid; the check
         // for an existing run is then made under the lock (a writer that started at the same
         // moment and won the lock has written its config by the time it lets go).
@@ -740,6 +740,34 @@ fn read_complete(paths: &CheckpointPaths, name: &str) -> anyhow::Result<TrainSta
 }
 
 /// `YYYYmmdd-HHMMSS` in UTC, plus the process id so two runs started in the same second differ.
+/// Creates a new, empty `runs_root/<timestamp>` folder. Two runs started in the same second
+/// by one process (a sweep, a test) would share a name, so a taken name gets `-2`, `-3`, …;
+/// `create_dir` (not `create_dir_all`) makes the claim atomic.
+fn fresh_timestamped_dir(runs_root: &Path) -> anyhow::Result<PathBuf> {
+    fs::create_dir_all(runs_root)
+        .with_context(|| format!("creating the runs root {}", runs_root.display()))?;
+    let base = timestamp_name();
+    for attempt in 1..=1000 {
+        let name = if attempt == 1 {
+            base.clone()
+        } else {
+            format!("{base}-{attempt}")
+        };
+        let root = runs_root.join(name);
+        match fs::create_dir(&root) {
+            Ok(()) => return Ok(root),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                return Err(e).with_context(|| format!("creating run directory {}", root.display()))
+            }
+        }
+    }
+    bail!(
+        "no free run name {base}-N under {} after 1000 tries",
+        runs_root.display()
+    )
+}
+
 fn timestamp_name() -> String {
     let now = time::OffsetDateTime::now_utc();
     format!(
@@ -773,6 +801,20 @@ mod tests {
     fn fake_files(paths: &CheckpointPaths) -> anyhow::Result<()> {
         fs::write(&paths.model, b"model")?;
         fs::write(&paths.optimizer, b"optim")?;
+        Ok(())
+    }
+
+    #[test]
+    fn runs_started_in_the_same_second_get_distinct_names() -> anyhow::Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let first = RunDir::create(tmp.path(), None)?;
+        first.write_config("x = 1")?;
+        let second = RunDir::create(tmp.path(), None)?;
+        let third = RunDir::create(tmp.path(), None)?;
+        assert_ne!(first.root, second.root);
+        assert_ne!(second.root, third.root);
+        assert!(first.root.join("config.toml").is_file());
+        assert!(!second.root.join("config.toml").exists());
         Ok(())
     }
 
