@@ -123,8 +123,13 @@ fn transform(scale: Scale, v: f64) -> Option<f64> {
 
 impl Chart {
     /// The chart as a standalone `<svg>` element (with its size, so it also stands alone as
-    /// a file for the rasteriser).
+    /// a file for the rasteriser), its x axis the training step.
     pub fn to_svg(&self) -> String {
+        self.to_svg_with_x_label("training step")
+    }
+
+    /// [`Self::to_svg`] with another x axis (e.g. samples used).
+    pub fn to_svg_with_x_label(&self, x_label: &str) -> String {
         let mut s = String::new();
         let _ = write!(
             s,
@@ -229,9 +234,10 @@ impl Chart {
         }
         let _ = write!(
             s,
-            r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#333">training step</text>"##,
+            r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#333">{}</text>"##,
             LEFT + plot_w / 2.0,
-            TOP + plot_h + 28.0
+            TOP + plot_h + 28.0,
+            escape(x_label)
         );
         let _ = write!(
             s,

@@ -15,6 +15,7 @@
 
 mod entropy_collapse;
 mod mismatch;
+mod post_training;
 mod reward_hacking;
 
 use std::path::{Path, PathBuf};
@@ -32,7 +33,7 @@ use agentrl_train::session::{run_session, Progress, SessionOptions, SessionOutco
 
 #[derive(Debug, Args)]
 pub struct ExperimentArgs {
-    /// The experiment: reward-hacking, mismatch (or `list`).
+    /// The experiment: reward-hacking, mismatch, entropy-collapse, post-training (or `list`).
     #[arg(value_name = "NAME")]
     pub name: String,
     /// Seeds (comma-separated); at least 3 for a verdict.
@@ -86,12 +87,31 @@ const EXPERIMENTS: &[&Experiment] = &[
     &entropy_collapse::EXPERIMENT,
 ];
 
+/// An experiment with its own driver: its arms are not all RL sessions of one config each
+/// (post-training chains recipes and starts arms from other arms' runs).
+pub(crate) struct DrivenExperiment {
+    pub name: &'static str,
+    pub question: &'static str,
+    /// Trains the arms into the (fresh) folder and writes the result ([`finish`]).
+    pub run: fn(&ExperimentArgs, &Path) -> anyhow::Result<()>,
+}
+
+const DRIVEN: &[&DrivenExperiment] = &[&post_training::EXPERIMENT];
+
 pub fn experiment(args: ExperimentArgs) -> anyhow::Result<()> {
     if args.name == "list" {
-        for e in EXPERIMENTS {
-            println!("{:<16} {}", e.name, e.question);
+        for (name, question) in EXPERIMENTS
+            .iter()
+            .map(|e| (e.name, e.question))
+            .chain(DRIVEN.iter().map(|e| (e.name, e.question)))
+        {
+            println!("{name:<16} {question}");
         }
         return Ok(());
+    }
+    if let Some(driven) = DRIVEN.iter().find(|e| e.name == args.name) {
+        let out = prepare_out(&args, driven.name)?;
+        return (driven.run)(&args, &out);
     }
     let Some(experiment) = EXPERIMENTS.iter().find(|e| e.name == args.name) else {
         bail!(
@@ -100,27 +120,12 @@ pub fn experiment(args: ExperimentArgs) -> anyhow::Result<()> {
             EXPERIMENTS
                 .iter()
                 .map(|e| e.name)
+                .chain(DRIVEN.iter().map(|e| e.name))
                 .collect::<Vec<_>>()
                 .join(", ")
         );
     };
-    if args.seeds.len() < 3 {
-        eprintln!(
-            "note: {} seed(s); a verdict over fewer than 3 seeds is weak",
-            args.seeds.len()
-        );
-    }
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| Path::new("runs/experiments").join(experiment.name));
-    if out.exists() {
-        bail!(
-            "{} exists; an experiment never writes over an earlier one (pass --out DIR)",
-            out.display()
-        );
-    }
-    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let out = prepare_out(&args, experiment.name)?;
     let started = Instant::now();
     let mut arms = Vec::new();
     for arm in experiment.arms {
@@ -140,39 +145,131 @@ pub fn experiment(args: ExperimentArgs) -> anyhow::Result<()> {
     let judgement = (experiment.judge)(&arms);
     let mut figures = Vec::new();
     for (stem, title, y_label, metric) in experiment.figures {
-        let png = out.join(format!("{stem}.png"));
         let svg = chart(&arms, title, y_label, metric).to_svg();
-        std::fs::write(&png, agentrl_monitor::dashboard::svg_to_png(&svg)?)
-            .with_context(|| format!("writing {}", png.display()))?;
-        figures.push(format!("![{title}]({stem}.png)"));
+        figures.push(write_figure(&out, stem, title, &svg)?);
     }
-    let seconds = started.elapsed().as_secs_f64();
-    let seeds: Vec<String> = args.seeds.iter().map(u64::to_string).collect();
-    let result = format!(
-        "# experiment {}\n\n{}\n\nArms: {}. Seeds: {}. Shared settings: `{}`.\n\n{}\n{}\n\nverdict: {}\n",
-        experiment.name,
-        experiment.question,
-        experiment
+    let result = ResultDoc {
+        name: experiment.name,
+        question: experiment.question,
+        arms: experiment
             .arms
             .iter()
             .map(|a| format!("**{}** (`{}`)", a.name, a.sets.join(" ")))
             .collect::<Vec<_>>()
             .join(", "),
-        seeds.join(", "),
-        experiment.common.join(" "),
-        judgement.body,
-        figures.join("\n"),
-        judgement.verdict
-    );
-    std::fs::write(out.join("result.md"), &result)
-        .with_context(|| format!("writing {}", out.join("result.md").display()))?;
-    print!("{result}");
-    println!(
-        "took {seconds:.0} s ({} runs); written to {}",
+        seeds: &args.seeds,
+        common: experiment.common,
+        body: judgement.body,
+        figures,
+        verdict: judgement.verdict,
+    };
+    finish(
+        &out,
+        &result,
+        started.elapsed().as_secs_f64(),
         arms.iter().map(|a| a.runs.len()).sum::<usize>(),
+    )
+}
+
+/// The experiment's folder, created fresh (`--out`, default `runs/experiments/<name>`), after
+/// a note when the seeds are too few for a verdict.
+fn prepare_out(args: &ExperimentArgs, name: &str) -> anyhow::Result<PathBuf> {
+    if args.seeds.len() < 3 {
+        eprintln!(
+            "note: {} seed(s); a verdict over fewer than 3 seeds is weak",
+            args.seeds.len()
+        );
+    }
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| Path::new("runs/experiments").join(name));
+    if out.exists() {
+        bail!(
+            "{} exists; an experiment never writes over an earlier one (pass --out DIR)",
+            out.display()
+        );
+    }
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    Ok(out)
+}
+
+/// What `result.md` says, in order.
+pub(crate) struct ResultDoc<'a> {
+    pub name: &'a str,
+    pub question: &'a str,
+    /// The arms, each with what sets it apart (Markdown).
+    pub arms: String,
+    pub seeds: &'a [u64],
+    pub common: &'a [&'a str],
+    pub body: String,
+    /// Markdown image links ([`write_figure`]).
+    pub figures: Vec<String>,
+    /// `verdict: …` without the prefix.
+    pub verdict: String,
+}
+
+impl ResultDoc<'_> {
+    fn render(&self) -> String {
+        let seeds: Vec<String> = self.seeds.iter().map(u64::to_string).collect();
+        format!(
+            "# experiment {}\n\n{}\n\nArms: {}. Seeds: {}. Shared settings: `{}`.\n\n{}\n{}\n\nverdict: {}\n",
+            self.name,
+            self.question,
+            self.arms,
+            seeds.join(", "),
+            self.common.join(" "),
+            self.body,
+            self.figures.join("\n"),
+            self.verdict
+        )
+    }
+}
+
+/// Writes `out/result.md`, prints it, and how long the experiment took over how many runs.
+pub(crate) fn finish(
+    out: &Path,
+    result: &ResultDoc<'_>,
+    seconds: f64,
+    runs: usize,
+) -> anyhow::Result<()> {
+    let text = result.render();
+    std::fs::write(out.join("result.md"), &text)
+        .with_context(|| format!("writing {}", out.join("result.md").display()))?;
+    print!("{text}");
+    println!(
+        "took {seconds:.0} s ({runs} runs); written to {}",
         out.display()
     );
     Ok(())
+}
+
+/// Writes a chart's SVG as `out/<stem>.png`; returns its Markdown image link.
+pub(crate) fn write_figure(
+    out: &Path,
+    stem: &str,
+    title: &str,
+    svg: &str,
+) -> anyhow::Result<String> {
+    let png = out.join(format!("{stem}.png"));
+    std::fs::write(&png, agentrl_monitor::dashboard::svg_to_png(svg)?)
+        .with_context(|| format!("writing {}", png.display()))?;
+    Ok(format!("![{title}]({stem}.png)"))
+}
+
+/// The settings of every experiment run: its folder `out/<run_name>`, its seed, one compute
+/// thread (reproducible numbers) and no checkpoints but the last.
+pub(crate) fn run_sets(out: &Path, run_name: &str, seed: u64) -> anyhow::Result<Vec<String>> {
+    Ok(vec![
+        format!(
+            "train.runs_root={}",
+            serde_json::to_string(&out.to_string_lossy())?
+        ),
+        format!("train.run_name={}", serde_json::to_string(run_name)?),
+        format!("train.seed={seed}"),
+        "train.threads=1".to_string(),
+        "train.checkpoint_every=0".to_string(),
+    ])
 }
 
 /// Trains one arm on one seed under `out/<arm>-<seed>`; returns its metrics and session.
@@ -182,16 +279,7 @@ fn train_arm(
     arm: &Arm,
     seed: u64,
 ) -> anyhow::Result<(Vec<MetricLine>, SessionOutcome)> {
-    let mut sets = vec![
-        format!(
-            "train.runs_root={}",
-            serde_json::to_string(&out.to_string_lossy())?
-        ),
-        format!("train.run_name=\"{}-{seed}\"", arm.name),
-        format!("train.seed={seed}"),
-        "train.threads=1".to_string(),
-        "train.checkpoint_every=0".to_string(),
-    ];
+    let mut sets = run_sets(out, &format!("{}-{seed}", arm.name), seed)?;
     sets.extend(experiment.common.iter().map(|s| s.to_string()));
     sets.extend(arm.sets.iter().map(|s| s.to_string()));
     let config = load_config(None, &sets)?;
@@ -212,30 +300,58 @@ const COLORS: [&str; 6] = [
 
 /// Every seed's curve of `metric` (thin, dashed) and the arm's mean over seeds (solid).
 fn chart(arms: &[ArmRuns], title: &str, y_label: &str, metric: &str) -> Chart {
+    let curves: Vec<Curves> = arms
+        .iter()
+        .map(|arm| Curves {
+            name: arm.name.to_string(),
+            runs: arm
+                .runs
+                .iter()
+                .map(|(_, run)| series(run, metric))
+                .collect(),
+        })
+        .collect();
+    seed_chart(&curves, title, y_label)
+}
+
+/// One arm's curves, one `(x, y)` series per seed.
+pub(crate) struct Curves {
+    pub name: String,
+    pub runs: Vec<Vec<(f64, f64)>>,
+}
+
+/// Every seed's curve (thin, dashed) and the arm's mean over seeds (solid), of each arm.
+pub(crate) fn seed_chart(arms: &[Curves], title: &str, y_label: &str) -> Chart {
     let mut lines = Vec::new();
     let mut legend = Vec::new();
     for (i, arm) in arms.iter().enumerate() {
         let color = COLORS[i % COLORS.len()].to_string();
-        for (_, run) in &arm.runs {
+        for run in &arm.runs {
             lines.push(Line {
-                label: arm.name.to_string(),
+                label: arm.name.clone(),
                 color: color.clone(),
                 dash: "2 3".to_string(),
-                points: series(run, metric),
+                points: run.clone(),
             });
         }
         lines.push(Line {
-            label: arm.name.to_string(),
+            label: arm.name.clone(),
             color: color.clone(),
             dash: String::new(),
-            points: mean_series(arm, metric),
+            points: mean_curve(&arm.runs),
         });
         legend.push(LegendEntry {
-            label: format!("{} (mean; dashed: seeds)", arm.name),
+            label: arm.name.clone(),
             color,
             dash: String::new(),
         });
     }
+    // One entry for the line styles keeps the arms' entries short enough to fit.
+    legend.push(LegendEntry {
+        label: "dashed: each seed, solid: mean".to_string(),
+        color: "#777777".to_string(),
+        dash: "2 3".to_string(),
+    });
     Chart {
         title: title.to_string(),
         y_label: y_label.to_string(),
@@ -254,20 +370,19 @@ pub(crate) fn series(lines: &[MetricLine], metric: &str) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// The mean over seeds of a metric, step by step.
-fn mean_series(arm: &ArmRuns, metric: &str) -> Vec<(f64, f64)> {
-    let steps = arm.runs.iter().map(|(_, r)| r.len()).min().unwrap_or(0);
-    (0..steps)
+/// The mean over seeds of curves, point by point (as far as the shortest goes): the mean x
+/// and the mean of the finite y values (0 where none is).
+fn mean_curve(runs: &[Vec<(f64, f64)>]) -> Vec<(f64, f64)> {
+    let points = runs.iter().map(Vec::len).min().unwrap_or(0);
+    (0..points)
         .map(|i| {
-            let values: Vec<f64> = arm
-                .runs
+            let x = runs.iter().map(|r| r[i].0).sum::<f64>() / runs.len() as f64;
+            let ys: Vec<f64> = runs
                 .iter()
-                .filter_map(|(_, r)| r[i].get(metric))
+                .map(|r| r[i].1)
+                .filter(|y| y.is_finite())
                 .collect();
-            (
-                arm.runs[0].1[i].step as f64,
-                values.iter().sum::<f64>() / values.len().max(1) as f64,
-            )
+            (x, ys.iter().sum::<f64>() / ys.len().max(1) as f64)
         })
         .collect()
 }
