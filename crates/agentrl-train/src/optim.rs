@@ -34,8 +34,11 @@ struct Slot {
 pub struct AdamW {
     slots: Vec<Slot>,
     params: AdamWParams,
-    /// Number of updates applied so far (the `t` of the bias corrections).
+    /// Number of updates applied so far.
     step_t: u64,
+    /// Updates since the moments were last zeroed (the `t` of the bias corrections): equal to
+    /// `step_t` unless [`AdamW::reset_moments`] was called.
+    moment_t: u64,
 }
 
 impl AdamW {
@@ -56,11 +59,26 @@ impl AdamW {
             slots,
             params,
             step_t: 0,
+            moment_t: 0,
         })
     }
 
     pub fn steps_taken(&self) -> u64 {
         self.step_t
+    }
+
+    /// Zeroes both moments, so the next update is a fresh optimizer's first (bias corrections
+    /// restart); the count of updates taken stays. The trainer calls this when the format
+    /// warm-up hands over to RL: otherwise the warm-up's momentum, at its higher learning
+    /// rate, keeps moving the weights through RL steps that have no signal yet (all-zero
+    /// advantages), and undoes what the warm-up taught.
+    pub fn reset_moments(&mut self) -> anyhow::Result<()> {
+        for slot in &mut self.slots {
+            slot.m = slot.m.zeros_like().context("zeroing AdamW moments")?;
+            slot.v = slot.v.zeros_like().context("zeroing AdamW moments")?;
+        }
+        self.moment_t = 0;
+        Ok(())
     }
 
     /// One AdamW update at learning rate `lr`:
@@ -69,8 +87,9 @@ impl AdamW {
     /// Variables without a gradient (unused this step) are left untouched, moments included.
     pub fn step(&mut self, grads: &GradStore, lr: f64) -> anyhow::Result<()> {
         self.step_t += 1;
+        self.moment_t += 1;
         let p = self.params;
-        let t = self.step_t as i32;
+        let t = self.moment_t as i32;
         let scale_m = 1.0 / (1.0 - p.beta1.powi(t));
         let scale_v = 1.0 / (1.0 - p.beta2.powi(t));
         for slot in &mut self.slots {
@@ -96,8 +115,8 @@ impl AdamW {
         Ok(())
     }
 
-    /// The moments as named tensors (`m.NAME`, `v.NAME`) plus the step counter, for a
-    /// safetensors file.
+    /// The moments as named tensors (`m.NAME`, `v.NAME`) plus the step counters (`step_t`,
+    /// `moment_t`), for a safetensors file.
     pub fn state_tensors(&self) -> anyhow::Result<HashMap<String, Tensor>> {
         let mut out = HashMap::new();
         for slot in &self.slots {
@@ -108,6 +127,10 @@ impl AdamW {
         out.insert(
             "step_t".into(),
             Tensor::new(&[self.step_t as f64], &candle_core::Device::Cpu)?,
+        );
+        out.insert(
+            "moment_t".into(),
+            Tensor::new(&[self.moment_t as f64], &candle_core::Device::Cpu)?,
         );
         Ok(out)
     }
@@ -138,14 +161,20 @@ impl AdamW {
             .unwrap_or(candle_core::Device::Cpu);
         let tensors = candle_core::safetensors::load(path, &device)
             .with_context(|| format!("reading optimizer state {}", path.display()))?;
-        let step = tensors
-            .get("step_t")
-            .with_context(|| format!("{}: missing `step_t`", path.display()))?
-            .to_dtype(DType::F64)?
-            .to_vec1::<f64>()?;
-        let Some(&step) = step.first() else {
-            bail!("{}: `step_t` is empty", path.display());
+        let counter = |name: &str| -> anyhow::Result<Option<u64>> {
+            let Some(t) = tensors.get(name) else {
+                return Ok(None);
+            };
+            let values = t.to_dtype(DType::F64)?.to_vec1::<f64>()?;
+            match values.first() {
+                Some(&v) => Ok(Some(v as u64)),
+                None => bail!("{}: `{name}` is empty", path.display()),
+            }
         };
+        let step =
+            counter("step_t")?.with_context(|| format!("{}: missing `step_t`", path.display()))?;
+        // Checkpoints written before `moment_t` existed never reset their moments.
+        let moment = counter("moment_t")?.unwrap_or(step);
         for slot in &mut self.slots {
             for (prefix, target) in [("m", &mut slot.m), ("v", &mut slot.v)] {
                 let key = format!("{prefix}.{}", slot.name);
@@ -167,7 +196,8 @@ impl AdamW {
                 *target = t.to_dtype(slot.var.dtype())?;
             }
         }
-        self.step_t = step as u64;
+        self.step_t = step;
+        self.moment_t = moment;
         Ok(())
     }
 }
@@ -253,6 +283,55 @@ mod tests {
             );
         }
         assert_eq!(opt.steps_taken(), 2);
+        Ok(())
+    }
+
+    /// After the moments are zeroed, a step with an all-zero gradient leaves the weights
+    /// where they are (the old momentum would keep moving them), and the next real step is a
+    /// fresh optimizer's first step; the count of updates taken goes on.
+    #[test]
+    fn zeroed_moments_forget_the_momentum() -> anyhow::Result<()> {
+        let dev = Device::Cpu;
+        let var = Var::new(&[0.5f32, -1.0, 2.0], &dev)?;
+        // No weight decay: it would shrink the weights on any step, gradient or not.
+        let no_decay = AdamWParams {
+            weight_decay: 0.0,
+            ..params()
+        };
+        let mut opt = AdamW::new(vec![("w".into(), var.clone())], no_decay)?;
+        let cube = |v: &Var| -> anyhow::Result<GradStore> {
+            Ok(v.as_tensor().powf(3.0)?.sum_all()?.backward()?)
+        };
+        let zero = |v: &Var| -> anyhow::Result<GradStore> {
+            let zeros = v.as_tensor().zeros_like()?;
+            Ok(v.as_tensor().mul(&zeros)?.sum_all()?.backward()?)
+        };
+        for _ in 0..3 {
+            opt.step(&cube(&var)?, 0.01)?;
+        }
+        let before = var.as_tensor().to_vec1::<f32>()?;
+        opt.step(&zero(&var)?, 0.01)?;
+        assert_ne!(
+            var.as_tensor().to_vec1::<f32>()?,
+            before,
+            "momentum moves the weights"
+        );
+
+        opt.reset_moments()?;
+        let held = var.as_tensor().to_vec1::<f32>()?;
+        opt.step(&zero(&var)?, 0.01)?;
+        assert_eq!(var.as_tensor().to_vec1::<f32>()?, held);
+        assert_eq!(opt.steps_taken(), 5);
+
+        opt.reset_moments()?;
+        let twin = Var::new(held.as_slice(), &dev)?;
+        let mut fresh = AdamW::new(vec![("w".into(), twin.clone())], no_decay)?;
+        opt.step(&cube(&var)?, 0.01)?;
+        fresh.step(&cube(&twin)?, 0.01)?;
+        assert_eq!(
+            var.as_tensor().to_vec1::<f32>()?,
+            twin.as_tensor().to_vec1::<f32>()?
+        );
         Ok(())
     }
 

@@ -18,7 +18,7 @@ pub use load::{
 pub use schema::{
     AlgorithmConfig, Config, DistillConfig, DpoConfig, EngineConfig, EngineKind, EvalConfig,
     ModelConfig, ModelKind, OptimConfig, Qwen3Settings, RftConfig, RolloutConfig, ScheduleKind,
-    SftConfig, TrainConfig,
+    SftConfig, TrainConfig, WarmupData,
 };
 pub use validate::Validation;
 

@@ -174,6 +174,19 @@ impl<'de> Deserialize<'de> for AlgorithmConfig {
     }
 }
 
+/// The demonstrations of a format warm-up (`train.format_warmup_data`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WarmupData {
+    /// One well-formed call after the task prompt, with a random tool and a random candidate:
+    /// the call syntax, never which edit is right (what pays is left to RL).
+    Calls,
+    /// The gym's scripted expert (`agentrl_gym::expert`): whole episodes (read, test, edit,
+    /// test, submit, and recoveries from a wrong edit), so the syntax is learnt at every
+    /// turn's position, as the tool results come back. This also shows which edit is right.
+    Expert,
+}
+
 /// Learning-rate schedule shape (ALGORITHMS.md does not prescribe one; these are the common three).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -244,10 +257,12 @@ pub struct TrainConfig {
     pub run_name: Option<String>,
     /// Stop early once the periodic train-split eval reaches this hidden solve rate (0 = never).
     pub stop_at_solve_rate: f64,
-    /// The first N steps are format warm-up instead of RL: one supervised step each on
-    /// demonstrations of well-formed calls with a random tool and a random candidate (so they
-    /// teach the call syntax, never which edit is right). Counted in `steps`.
+    /// The first N steps are format warm-up instead of RL: one SFT step each
+    /// ([`crate::recipes::sft`]) on the demonstrations `format_warmup_data` names. Counted in
+    /// `steps`.
     pub format_warmup_steps: usize,
+    /// What the format warm-up imitates.
+    pub format_warmup_data: WarmupData,
     /// Learning rate of the format warm-up steps (constant; `optim.lr` and its schedule take
     /// over for RL).
     pub format_warmup_lr: f64,

@@ -25,7 +25,7 @@ use agentrl_model::lora::LoraConfig;
 use agentrl_model::qwen3::{LoadOptions, Qwen3};
 use agentrl_model::{ConstrainedPolicy, LogitBias, Policy, TinyAgent, TinyConfig};
 
-use crate::config::{EngineKind, ModelKind};
+use crate::config::{EngineKind, ModelKind, WarmupData};
 pub use crate::policy_stack::TinyPolicy;
 use crate::policy_stack::{EngineReplica, TrainPolicy};
 use crate::preflight::{preflight, PreflightReport, PreflightSetup};
@@ -631,8 +631,14 @@ impl Trainer {
 
     /// One training step; returns its metrics record (also appended to `metrics.jsonl`).
     pub fn step(&mut self) -> anyhow::Result<StepRecord> {
-        if self.state.step < self.config.train.format_warmup_steps {
+        let warmup_steps = self.config.train.format_warmup_steps;
+        if self.state.step < warmup_steps {
             return self.format_warmup_step();
+        }
+        if warmup_steps > 0 && self.state.step == warmup_steps {
+            // RL starts from the warmed-up weights with a fresh optimizer: see
+            // `AdamW::reset_moments`. A run resumed here does the same.
+            self.optimizer.reset_moments()?;
         }
         let started = Instant::now();
         let step = self.state.step;
@@ -958,25 +964,18 @@ impl Trainer {
         Ok(episodes)
     }
 
-    /// A format warm-up step (see `train.format_warmup_steps`).
+    /// A format warm-up step (see `train.format_warmup_steps`): one SFT step
+    /// ([`Self::supervised_step`]) on the demonstrations `train.format_warmup_data` names.
     fn format_warmup_step(&mut self) -> anyhow::Result<StepRecord> {
         let started = Instant::now();
         let step = self.state.step;
         let lr = self.config.train.format_warmup_lr;
-        let episodes = self.format_demonstrations(step)?;
-        let batch = Batch::from_episodes(&episodes, self.codec.pad_id(), &self.device)?;
-        let loss = supervised_update(
-            self.policy.as_ref(),
-            &mut self.optimizer,
-            &self.vars,
-            &batch,
-            lr,
-            self.config.optim.grad_clip,
-        )?;
-        self.state.step += 1;
-        self.state.optimizer_steps = self.optimizer.steps_taken();
+        let episodes = match self.config.train.format_warmup_data {
+            WarmupData::Calls => self.format_demonstrations(step)?,
+            WarmupData::Expert => crate::recipes::sft::expert_demonstrations(self, step)?,
+        };
+        let loss = self.supervised_step(&episodes, lr)?;
         let time_step_s = started.elapsed().as_secs_f64();
-        self.state.train_seconds += time_step_s;
         // A warm-up step samples no episodes: its rollout figures stay 0.
         Ok(StepRecord {
             step: self.state.step,
