@@ -13,7 +13,9 @@
 //! `experiments/<name>.md` holds each experiment's recorded output, which
 //! `tests/experiment_cli.rs` compares (verdict and rounded numbers) for the fast ones.
 
+mod algorithms;
 mod entropy_collapse;
+mod length_effects;
 mod mismatch;
 mod reward_hacking;
 
@@ -32,7 +34,8 @@ use agentrl_train::session::{run_session, Progress, SessionOptions, SessionOutco
 
 #[derive(Debug, Args)]
 pub struct ExperimentArgs {
-    /// The experiment: reward-hacking, mismatch (or `list`).
+    /// The experiment: reward-hacking, mismatch, entropy-collapse, algorithms, length-effects (or
+    /// `list`).
     #[arg(value_name = "NAME")]
     pub name: String,
     /// Seeds (comma-separated); at least 3 for a verdict.
@@ -65,12 +68,25 @@ pub(crate) struct Arm {
     pub sets: &'static [&'static str],
 }
 
+/// An arm named `name` that sets `sets` (`key=value` overrides, as `--set` takes them).
+pub(crate) const fn arm(name: &'static str, sets: &'static [&'static str]) -> Arm {
+    Arm { name, sets }
+}
+
 /// An arm's runs, one per seed: (seed, metrics lines), and with [`Experiment::evals`] each
 /// run's evaluations (before, after training).
 pub(crate) struct ArmRuns {
     pub name: &'static str,
     pub runs: Vec<(u64, Vec<MetricLine>)>,
     pub evals: Vec<(Vec<EvalReport>, Vec<EvalReport>)>,
+}
+
+impl ArmRuns {
+    /// A figure of each run (`of` its metrics lines), over the seeds.
+    pub fn over_seeds(&self, of: impl Fn(&[MetricLine]) -> f64) -> OverSeeds {
+        let values: Vec<f64> = self.runs.iter().map(|(_, lines)| of(lines)).collect();
+        OverSeeds::of(&values)
+    }
 }
 
 pub(crate) struct Judgement {
@@ -84,6 +100,8 @@ const EXPERIMENTS: &[&Experiment] = &[
     &reward_hacking::EXPERIMENT,
     &mismatch::EXPERIMENT,
     &entropy_collapse::EXPERIMENT,
+    &algorithms::EXPERIMENT,
+    &length_effects::EXPERIMENT,
 ];
 
 pub fn experiment(args: ExperimentArgs) -> anyhow::Result<()> {
@@ -139,12 +157,24 @@ pub fn experiment(args: ExperimentArgs) -> anyhow::Result<()> {
     }
     let judgement = (experiment.judge)(&arms);
     let mut figures = Vec::new();
+    // More arms than colours: one figure per colour-set of arms (`stem-1.png`, `stem-2.png`, …).
+    let parts: Vec<&[ArmRuns]> = arms.chunks(COLORS.len()).collect();
     for (stem, title, y_label, metric) in experiment.figures {
-        let png = out.join(format!("{stem}.png"));
-        let svg = chart(&arms, title, y_label, metric).to_svg();
-        std::fs::write(&png, agentrl_monitor::dashboard::svg_to_png(&svg)?)
-            .with_context(|| format!("writing {}", png.display()))?;
-        figures.push(format!("![{title}]({stem}.png)"));
+        for (i, part) in parts.iter().enumerate() {
+            let (file, title) = if parts.len() == 1 {
+                (format!("{stem}.png"), title.to_string())
+            } else {
+                (
+                    format!("{stem}-{}.png", i + 1),
+                    format!("{title} ({}/{})", i + 1, parts.len()),
+                )
+            };
+            let png = out.join(&file);
+            let svg = chart(part, &title, y_label, metric).to_svg();
+            std::fs::write(&png, agentrl_monitor::dashboard::svg_to_png(&svg)?)
+                .with_context(|| format!("writing {}", png.display()))?;
+            figures.push(format!("![{title}]({file})"));
+        }
     }
     let seconds = started.elapsed().as_secs_f64();
     let seeds: Vec<String> = args.seeds.iter().map(u64::to_string).collect();
@@ -202,7 +232,9 @@ fn train_arm(
         stop: None,
     };
     let outcome = run_session(trainer, &options)?;
-    let lines = read_metrics(&Path::new(&outcome.run_dir).join("metrics.jsonl"))?;
+    let run_dir = Path::new(&outcome.run_dir);
+    let mut lines = read_metrics(&run_dir.join("metrics.jsonl"))?;
+    length_effects::add_episode_lengths(run_dir, &mut lines)?;
     Ok((lines, outcome))
 }
 
