@@ -289,7 +289,7 @@ mod tests {
         std::fs::create_dir_all(&episodes)?;
         let episode = |actions: usize, turns: u32, solved: bool| {
             let mut sources = vec!["prompt"];
-            sources.extend(std::iter::repeat("action").take(actions));
+            sources.extend(std::iter::repeat_n("action", actions));
             sources.push("observation");
             serde_json::json!({
                 "sources": sources,
