@@ -169,6 +169,29 @@ fn figures(arm: &ArmRuns) -> ArmFigures {
     }
 }
 
+/// What the failed episodes' lengths `(first, last)` under GRPO, Dr. GRPO and token-mean say
+/// of the reported direction: failed episodes end longer, and grow more, under GRPO's
+/// per-episode normalisation than under Dr. GRPO's constant, and token-mean (no per-episode
+/// normalisation either) must not grow as GRPO does, or the growth is not the normalisation's.
+/// Half a token is the smallest difference read as one.
+fn reading_of_lengths(grpo: (f64, f64), dr: (f64, f64), token: (f64, f64)) -> &'static str {
+    let growth = |(first, last): (f64, f64)| last - first;
+    let beyond_dr = grpo.1 > dr.1 + 0.5 && growth(grpo) > growth(dr) + 0.5;
+    let beyond_token = grpo.1 > token.1 + 0.5 && growth(grpo) > growth(token) + 0.5;
+    match (beyond_dr, beyond_token) {
+        (true, true) => {
+            "(a) per-episode normalisation made failed episodes longer, as the Dr. GRPO paper \
+             reports"
+        }
+        (true, false) => {
+            "(a) failed episodes grew longer under grpo than under dr_grpo, but as much under \
+             token-mean, which has no per-episode normalisation: the normalisation is NOT what \
+             lengthened them"
+        }
+        _ => "(a) per-episode normalisation did NOT make failed episodes longer than Dr. GRPO did",
+    }
+}
+
 /// Table rows: each arm's name, then its `cells`.
 fn rows<const N: usize>(
     arms: &[&ArmFigures],
@@ -227,35 +250,36 @@ fn judge(arms: &[ArmRuns]) -> Judgement {
             f.solve.show(),
         ]
     }));
-    let growth = |f: &ArmFigures| f.failed_tokens.1.mean - f.failed_tokens.0.mean;
-    // The reported direction: failed episodes end longer under GRPO than under Dr. GRPO, and
-    // grow more over training. Half a token is the smallest difference read as one.
-    let longer = grpo.failed_tokens.1.mean > dr.failed_tokens.1.mean + 0.5
-        && growth(grpo) > growth(dr) + 0.5;
+    let failed = |f: &ArmFigures| (f.failed_tokens.0.mean, f.failed_tokens.1.mean);
     let aggregation = format!(
         "{} (failed episodes, action tokens first → last: grpo {:.2} → {:.2}, dr_grpo {:.2} → \
-         {:.2}, token-mean {:.2} → {:.2})",
-        if longer {
-            "(a) per-episode normalisation made failed episodes longer, as the Dr. GRPO paper reports"
-        } else {
-            "(a) per-episode normalisation did NOT make failed episodes longer than Dr. GRPO did"
-        },
+         {:.2}, token-mean {:.2} → {:.2}; solved episodes last: grpo {:.2})",
+        reading_of_lengths(failed(grpo), failed(dr), failed(token)),
         grpo.failed_tokens.0.mean,
         grpo.failed_tokens.1.mean,
         dr.failed_tokens.0.mean,
         dr.failed_tokens.1.mean,
         token.failed_tokens.0.mean,
         token.failed_tokens.1.mean,
+        grpo.solved_tokens.mean,
     );
     let stopped = grpo.submit.1.mean < grpo.submit.0.mean - 0.1;
-    let remedies = [cost, strict]
+    let remedies = [cost, strict];
+    let submit_more = remedies
         .iter()
         .filter(|f| f.submit.1.mean > grpo.submit.1.mean + 0.1)
         .count();
+    // A price that makes the policy submit without fixing anything is no remedy.
+    let and_solve = remedies
+        .iter()
+        .filter(|f| f.submit.1.mean > grpo.submit.1.mean + 0.1)
+        .filter(|f| f.solve.mean >= grpo.solve.mean - 0.1)
+        .count();
     let submitting = format!(
-        "{}, and {remedies} of 2 prices on length kept it higher (submit rate first → last: \
-         grpo {:.2} → {:.2} with {:.2} turns; turn-cost {:.2} with {:.2} turns; \
-         require-submit {:.2} with {:.2} turns; hidden solve {:.2}, {:.2}, {:.2})",
+        "{}; {submit_more} of 2 prices on length kept it higher, {and_solve} of them without \
+         losing more than 0.1 hidden solve (submit rate first → last: grpo {:.2} → {:.2} with \
+         {:.2} turns; turn-cost {:.2} with {:.2} turns; require-submit {:.2} with {:.2} turns; \
+         hidden solve {:.2}, {:.2}, {:.2})",
         if stopped {
             "(b) without a price on turns the policy stopped submitting"
         } else {
@@ -316,6 +340,14 @@ mod tests {
         assert_eq!(lines[1].get(SOLVED_TOKENS), Some(3.0));
         assert_eq!(lines[1].get(SOLVED_TURNS), Some(1.0));
         Ok(())
+    }
+
+    #[test]
+    fn a_length_drift_counts_as_the_normalisations_only_if_token_mean_has_none() {
+        let dr = (10.0, 11.0);
+        assert!(reading_of_lengths((10.0, 14.0), dr, (10.0, 11.0)).contains("as the Dr. GRPO"));
+        assert!(reading_of_lengths((10.0, 14.0), dr, (10.0, 14.0)).contains("is NOT what"));
+        assert!(reading_of_lengths((10.0, 11.2), dr, (10.0, 11.0)).contains("did NOT"));
     }
 
     #[test]
