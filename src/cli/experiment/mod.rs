@@ -263,11 +263,17 @@ fn chart(arms: &[ArmRuns], title: &str, y_label: &str, metric: &str) -> Chart {
             points: mean_series(arm, metric),
         });
         legend.push(LegendEntry {
-            label: format!("{} (mean; dashed: seeds)", arm.name),
+            label: arm.name.to_string(),
             color,
             dash: String::new(),
         });
     }
+    // One key for the dashes rather than a note on every entry: the legend has two rows.
+    legend.push(LegendEntry {
+        label: "dashed: one seed; solid: mean".to_string(),
+        color: "#777777".to_string(),
+        dash: "2 3".to_string(),
+    });
     Chart {
         title: title.to_string(),
         y_label: y_label.to_string(),
