@@ -45,6 +45,11 @@ pub struct ExperimentArgs {
     /// `runs/experiments/<name>`.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Judge the runs an earlier call left in `--out` again, without training: rewrites its
+    /// figures and result.md (after a change to the judge or the figures). Not for
+    /// experiments that evaluate before and after training (their evaluations are not kept).
+    #[arg(long)]
+    pub rejudge: bool,
 }
 
 /// One experiment: its arms and how to judge them.
@@ -132,7 +137,20 @@ pub fn experiment(args: ExperimentArgs) -> anyhow::Result<()> {
         .out
         .clone()
         .unwrap_or_else(|| Path::new("runs/experiments").join(experiment.name));
-    if out.exists() {
+    if args.rejudge {
+        if experiment.evals {
+            bail!(
+                "--rejudge reads the runs' metrics only; {} judges evaluations that are not kept",
+                experiment.name
+            );
+        }
+        if !out.is_dir() {
+            bail!(
+                "--rejudge needs the folder of an earlier run; {} is none",
+                out.display()
+            );
+        }
+    } else if out.exists() {
         bail!(
             "{} exists; an experiment never writes over an earlier one (pass --out DIR)",
             out.display()
@@ -144,6 +162,10 @@ pub fn experiment(args: ExperimentArgs) -> anyhow::Result<()> {
     for arm in experiment.arms {
         let (mut runs, mut evals) = (Vec::new(), Vec::new());
         for &seed in &args.seeds {
+            if args.rejudge {
+                runs.push((seed, read_run(&out.join(run_name(arm, seed)))?));
+                continue;
+            }
             eprintln!("{}: arm {} seed {seed}", experiment.name, arm.name);
             let (lines, outcome) = train_arm(&out, experiment, arm, seed)?;
             runs.push((seed, lines));
@@ -157,8 +179,8 @@ pub fn experiment(args: ExperimentArgs) -> anyhow::Result<()> {
     }
     let judgement = (experiment.judge)(&arms);
     let mut figures = Vec::new();
-    // More arms than colours: one figure per colour-set of arms (`stem-1.png`, `stem-2.png`, …).
-    let parts: Vec<&[ArmRuns]> = arms.chunks(COLORS.len()).collect();
+    // More arms than a legend holds: one figure per set of arms (`stem-1.png`, `stem-2.png`, …).
+    let parts: Vec<&[ArmRuns]> = arms.chunks(ARMS_PER_FIGURE).collect();
     for (stem, title, y_label, metric) in experiment.figures {
         for (i, part) in parts.iter().enumerate() {
             let (file, title) = if parts.len() == 1 {
@@ -198,7 +220,8 @@ pub fn experiment(args: ExperimentArgs) -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", out.join("result.md").display()))?;
     print!("{result}");
     println!(
-        "took {seconds:.0} s ({} runs); written to {}",
+        "{} {seconds:.0} s ({} runs); written to {}",
+        if args.rejudge { "re-judged in" } else { "took" },
         arms.iter().map(|a| a.runs.len()).sum::<usize>(),
         out.display()
     );
@@ -217,7 +240,7 @@ fn train_arm(
             "train.runs_root={}",
             serde_json::to_string(&out.to_string_lossy())?
         ),
-        format!("train.run_name=\"{}-{seed}\"", arm.name),
+        format!("train.run_name=\"{}\"", run_name(arm, seed)),
         format!("train.seed={seed}"),
         "train.threads=1".to_string(),
         "train.checkpoint_every=0".to_string(),
@@ -232,11 +255,24 @@ fn train_arm(
         stop: None,
     };
     let outcome = run_session(trainer, &options)?;
-    let run_dir = Path::new(&outcome.run_dir);
-    let mut lines = read_metrics(&run_dir.join("metrics.jsonl"))?;
-    length_effects::add_episode_lengths(run_dir, &mut lines)?;
+    let lines = read_run(Path::new(&outcome.run_dir))?;
     Ok((lines, outcome))
 }
+
+/// The folder name of an arm's run on one seed, under the experiment's folder.
+fn run_name(arm: &Arm, seed: u64) -> String {
+    format!("{}-{seed}", arm.name)
+}
+
+/// A run's metrics lines, with the episode lengths its episodes files give.
+fn read_run(run_dir: &Path) -> anyhow::Result<Vec<MetricLine>> {
+    let mut lines = read_metrics(&run_dir.join("metrics.jsonl"))?;
+    length_effects::add_episode_lengths(run_dir, &mut lines)?;
+    Ok(lines)
+}
+
+/// Arms a figure shows at most: the legend's two rows hold five of the longest preset names.
+const ARMS_PER_FIGURE: usize = 5;
 
 const COLORS: [&str; 6] = [
     "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
@@ -270,7 +306,7 @@ fn chart(arms: &[ArmRuns], title: &str, y_label: &str, metric: &str) -> Chart {
     }
     // One key for the dashes rather than a note on every entry: the legend has two rows.
     legend.push(LegendEntry {
-        label: "dashed: one seed; solid: mean".to_string(),
+        label: "dashed: seeds".to_string(),
         color: "#777777".to_string(),
         dash: "2 3".to_string(),
     });
