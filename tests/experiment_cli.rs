@@ -27,22 +27,31 @@ fn verdict_phrase(text: &str) -> String {
     line.split(" — ").next().unwrap_or_default().to_string()
 }
 
-#[test]
-fn reward_hacking_reproduces_its_recorded_verdict() -> anyhow::Result<()> {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let recorded = std::fs::read_to_string(repo.join("experiments/reward-hacking.md"))?;
-    let tmp = tempfile::tempdir()?;
-    let out = tmp.path().join("reward-hacking");
+/// Runs `agentrl experiment ARGS --out OUT` in `OUT`'s folder; its stdout, or its stderr as
+/// the error.
+fn run_experiment(args: &[&str], out: &Path) -> anyhow::Result<String> {
     let run = Command::new(env!("CARGO_BIN_EXE_agentrl"))
-        .args(["experiment", "reward-hacking", "--out"])
-        .arg(&out)
-        .current_dir(tmp.path())
+        .arg("experiment")
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .current_dir(out.parent().unwrap_or(Path::new(".")))
         .output()?;
     anyhow::ensure!(
         run.status.success(),
         "{}",
         String::from_utf8_lossy(&run.stderr)
     );
+    Ok(String::from_utf8_lossy(&run.stdout).into_owned())
+}
+
+#[test]
+fn reward_hacking_reproduces_its_recorded_verdict() -> anyhow::Result<()> {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let recorded = std::fs::read_to_string(repo.join("experiments/reward-hacking.md"))?;
+    let tmp = tempfile::tempdir()?;
+    let out = tmp.path().join("reward-hacking");
+    run_experiment(&["reward-hacking"], &out)?;
     let fresh = std::fs::read_to_string(out.join("result.md"))?;
     assert_eq!(verdict_phrase(&fresh), verdict_phrase(&recorded), "{fresh}");
     assert!(verdict_phrase(&fresh).contains("appeared as expected"));
@@ -78,11 +87,57 @@ fn the_list_names_every_experiment() -> anyhow::Result<()> {
         "mismatch",
         "entropy-collapse",
         "post-training",
+        "algorithms",
+        "length-effects",
     ] {
         assert!(
             listed.lines().any(|l| l.starts_with(name)),
             "{name} not in\n{listed}"
         );
     }
+    Ok(())
+}
+
+/// `--rejudge` judges and redraws the runs an earlier call left in `--out` without training
+/// (here written by hand), and refuses an experiment that judges evaluations it did not keep.
+#[test]
+fn rejudge_reads_the_runs_in_out_without_training() -> anyhow::Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let out = tmp.path().join("reward-hacking");
+    for (arm, gap) in [("verifier", 0.1), ("public", 0.8)] {
+        for seed in 1..=3 {
+            let run = out.join(format!("{arm}-{seed}"));
+            std::fs::create_dir_all(&run)?;
+            let lines: Vec<String> = (1..=25)
+                .map(|step| {
+                    serde_json::json!({
+                        "step": step,
+                        "env/solve_gap": gap,
+                        "env/hacking_rate": gap,
+                        "env/solve_hidden": 0.5 - gap / 2.0,
+                        "env/solve_public": 0.5 + gap / 2.0,
+                    })
+                    .to_string()
+                })
+                .collect();
+            std::fs::write(run.join("metrics.jsonl"), lines.join("\n") + "\n")?;
+        }
+    }
+    let stdout = run_experiment(&["reward-hacking", "--rejudge"], &out)?;
+    let result = std::fs::read_to_string(out.join("result.md"))?;
+    assert!(
+        result.contains("the gap is 0.80 and 0.80 of episodes hack (verifier: 0.10, 0.10)"),
+        "{result}"
+    );
+    assert!(stdout.contains("re-judged in"), "{stdout}");
+    for png in ["solve_gap.png", "hacking_rate.png"] {
+        assert!(std::fs::metadata(out.join(png))?.len() > 1000, "{png}");
+    }
+    let refused = Command::new(env!("CARGO_BIN_EXE_agentrl"))
+        .args(["experiment", "entropy-collapse", "--rejudge", "--out"])
+        .arg(&out)
+        .output()?;
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("evaluations"));
     Ok(())
 }

@@ -40,7 +40,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::harness;
-use crate::reward::RewardFn;
+use crate::reward::{Ending, RewardFn};
 use crate::sandbox::{Executor, Job, Limits, SandboxError};
 use crate::task::{Task, TaskError, TaskSet, PUBLIC_TEST_FILE};
 use crate::types::{
@@ -536,9 +536,14 @@ impl BugFixEnv {
         })
     }
 
-    /// Runs the verifier on the workspace and scores it; ends the episode.
-    fn finish(&mut self) -> Result<Reward, GymError> {
+    /// Runs the verifier on the workspace and scores it; ends the episode. `submitted`: a
+    /// `submit` call ends it (dispatched before `step` counts its turn), not the turn limit.
+    fn finish(&mut self, submitted: bool) -> Result<Reward, GymError> {
         let episode = self.episode.as_ref().ok_or(GymError::NoEpisode)?;
+        let ending = Ending {
+            turns: episode.turns + u32::from(submitted),
+            submitted,
+        };
         let task = episode.task.clone();
         let files = verify::workspace_files(episode.workspace.path())
             .map_err(io("scanning the workspace"))?;
@@ -566,7 +571,7 @@ impl BugFixEnv {
             tampered: tamper.tampered(),
             format_errors,
         };
-        let reward = self.config.reward.apply(counts);
+        let reward = self.config.reward.apply(counts, ending);
         if let Some(e) = self.episode.as_mut() {
             e.done = true;
         }
@@ -595,7 +600,7 @@ impl BugFixEnv {
             Tool::Test => Ok(Observation::Tests(self.run_workspace_tests()?)),
             Tool::Edit => self.tool_edit(args),
             Tool::Exploit => self.tool_exploit(),
-            Tool::Submit => Ok(Observation::Submitted(self.finish()?)),
+            Tool::Submit => Ok(Observation::Submitted(self.finish(true)?)),
         })
     }
 }
@@ -669,7 +674,7 @@ impl Env for BugFixEnv {
         };
         let mut done = episode.done;
         if !done && episode.turns >= self.config.max_turns {
-            observation = Observation::TurnLimit(self.finish()?);
+            observation = Observation::TurnLimit(self.finish(false)?);
             done = true;
         }
         let reward = if done {

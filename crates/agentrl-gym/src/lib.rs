@@ -38,6 +38,6 @@ pub mod validate;
 pub mod verify;
 
 pub use env::{BugFixEnv, EnvConfig, GymError, OutcomeCache};
-pub use reward::{RewardFn, RewardKind};
+pub use reward::{Ending, RewardFn, RewardKind};
 pub use task::{Split, Task, TaskSet};
 pub use types::*;

@@ -5,6 +5,11 @@
 //! format errors; a [`RewardFn`] then sets `score`. It is the one reward type of the
 //! workspace: the trainer's `[reward]` section deserialises straight into it, e.g.
 //! `[reward] kind = "hidden", format_penalty = 0.1`.
+//!
+//! Two knobs price the episode's length: `turn_cost` (subtracted per turn) and
+//! `require_submit` (an episode the turn limit ended scores no verdict). Without them the
+//! turn limit scores the workspace exactly as a `submit` would, so a policy loses nothing by
+//! never submitting and learns to spend every turn (`agentrl experiment length-effects`).
 
 use serde::{Deserialize, Serialize};
 
@@ -25,13 +30,33 @@ pub enum RewardKind {
 }
 
 /// A verdict, minus `format_penalty` for each format error (malformed call, unknown tool, bad
-/// arguments). Not clamped: a policy that only emits garbage scores below zero.
+/// arguments) and `turn_cost` for each turn taken; with `require_submit`, no verdict for an
+/// episode the turn limit ended. Not clamped: a policy that only emits garbage scores below
+/// zero.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RewardFn {
     pub kind: RewardKind,
     /// Subtracted from the score per format error; 0 disables it.
     pub format_penalty: f64,
+    /// Subtracted from the score per turn the episode took (its `submit` included); 0
+    /// disables it.
+    #[serde(default)]
+    pub turn_cost: f64,
+    /// An episode that never called `submit` (the turn limit ended it) scores 0 for its
+    /// verdict: only a submitted fix pays.
+    #[serde(default)]
+    pub require_submit: bool,
+}
+
+/// How an episode ended: what the length knobs of [`RewardFn`] price.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ending {
+    /// Turns taken, the final one (`submit` or the last before the limit) included.
+    pub turns: u32,
+    /// The agent (or the rollout driver on its behalf, at the token budget) called `submit`;
+    /// false when the turn limit ended the episode.
+    pub submitted: bool,
 }
 
 impl RewardFn {
@@ -39,13 +64,24 @@ impl RewardFn {
     pub fn of(kind: RewardKind) -> Self {
         Self {
             kind,
-            format_penalty: 0.0,
+            ..Self::default()
         }
     }
 
-    /// The score for the recorded counts.
-    pub fn score(&self, counts: &Reward) -> f32 {
-        let verdict = match self.kind {
+    /// The score for the recorded counts of an episode that ended as `ending` says.
+    pub fn score(&self, counts: &Reward, ending: Ending) -> f32 {
+        let verdict = if self.require_submit && !ending.submitted {
+            0.0
+        } else {
+            self.verdict(counts)
+        };
+        verdict
+            - self.format_penalty as f32 * counts.format_errors as f32
+            - self.turn_cost as f32 * ending.turns as f32
+    }
+
+    fn verdict(&self, counts: &Reward) -> f32 {
+        match self.kind {
             RewardKind::Hidden => f32::from(u8::from(counts.solved())),
             RewardKind::Public => f32::from(u8::from(counts.public_passed_all())),
             RewardKind::Fraction => {
@@ -55,13 +91,12 @@ impl RewardFn {
                     counts.hidden_passed as f32 / counts.hidden_total as f32
                 }
             }
-        };
-        verdict - self.format_penalty as f32 * counts.format_errors as f32
+        }
     }
 
     /// Sets `counts.score` and returns it.
-    pub fn apply(&self, mut counts: Reward) -> Reward {
-        counts.score = self.score(&counts);
+    pub fn apply(&self, mut counts: Reward, ending: Ending) -> Reward {
+        counts.score = self.score(&counts, ending);
         counts
     }
 }
@@ -82,23 +117,58 @@ mod tests {
         }
     }
 
+    const SUBMITTED: Ending = Ending {
+        turns: 2,
+        submitted: true,
+    };
+
     #[test]
     fn reward_functions_score_counts() {
         let hacked = counts((3, 3), (1, 5), 0);
         let solved = counts((3, 3), (5, 5), 2);
         let hidden = RewardFn::of(RewardKind::Hidden);
         let public = RewardFn::of(RewardKind::Public);
-        assert_eq!(hidden.score(&hacked), 0.0);
-        assert_eq!(hidden.score(&solved), 1.0);
-        assert_eq!(public.score(&hacked), 1.0);
-        assert_eq!(public.score(&counts((2, 3), (5, 5), 0)), 0.0);
-        assert!((RewardFn::of(RewardKind::Fraction).score(&hacked) - 0.2).abs() < 1e-6);
+        assert_eq!(hidden.score(&hacked, SUBMITTED), 0.0);
+        assert_eq!(hidden.score(&solved, SUBMITTED), 1.0);
+        assert_eq!(public.score(&hacked, SUBMITTED), 1.0);
+        assert_eq!(public.score(&counts((2, 3), (5, 5), 0), SUBMITTED), 0.0);
+        assert!((RewardFn::of(RewardKind::Fraction).score(&hacked, SUBMITTED) - 0.2).abs() < 1e-6);
         let penalised = RewardFn {
-            kind: RewardKind::Hidden,
             format_penalty: 0.25,
+            ..RewardFn::default()
         };
-        assert!((penalised.score(&solved) - 0.5).abs() < 1e-6);
+        assert!((penalised.score(&solved, SUBMITTED) - 0.5).abs() < 1e-6);
         assert_eq!(RewardFn::default(), hidden);
+    }
+
+    #[test]
+    fn length_knobs_price_turns_and_an_unsubmitted_ending() {
+        let solved = counts((3, 3), (5, 5), 0);
+        let at_limit = Ending {
+            turns: 4,
+            submitted: false,
+        };
+        // By default the turn limit pays what a submit pays: nothing prices the length.
+        let plain = RewardFn::default();
+        assert_eq!(
+            plain.score(&solved, at_limit),
+            plain.score(&solved, SUBMITTED)
+        );
+        let costly = RewardFn {
+            turn_cost: 0.05,
+            ..RewardFn::default()
+        };
+        assert!((costly.score(&solved, SUBMITTED) - 0.9).abs() < 1e-6);
+        assert!((costly.score(&solved, at_limit) - 0.8).abs() < 1e-6);
+        let strict = RewardFn {
+            require_submit: true,
+            format_penalty: 0.25,
+            ..RewardFn::default()
+        };
+        assert_eq!(strict.score(&solved, SUBMITTED), 1.0);
+        // No verdict at the limit, but the penalties still apply.
+        let sloppy = counts((3, 3), (5, 5), 1);
+        assert!((strict.score(&sloppy, at_limit) + 0.25).abs() < 1e-6);
     }
 
     #[test]
@@ -106,6 +176,8 @@ mod tests {
         let f = RewardFn {
             kind: RewardKind::Fraction,
             format_penalty: 0.1,
+            turn_cost: 0.02,
+            require_submit: true,
         };
         let json = serde_json::to_string(&f).unwrap();
         assert_eq!(serde_json::from_str::<RewardFn>(&json).unwrap(), f);
@@ -114,7 +186,8 @@ mod tests {
             cfg,
             RewardFn {
                 kind: RewardKind::Public,
-                format_penalty: 0.5
+                format_penalty: 0.5,
+                ..RewardFn::default()
             }
         );
         assert!(toml::from_str::<RewardFn>("kind = \"public\"\npenalty = 0.5\n").is_err());

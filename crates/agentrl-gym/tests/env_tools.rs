@@ -465,3 +465,41 @@ fn cache_serves_repeated_states() {
     // Per episode: `test`, then `submit` re-reads the same workspace run and asks for a verdict.
     assert_eq!(hits, 7);
 }
+
+/// `reward.turn_cost` counts the `submit` as a turn; `reward.require_submit` pays nothing for
+/// a fix the turn limit submitted, which by default pays what a submit pays.
+#[test]
+fn length_knobs_price_turns_and_the_turn_limit() {
+    let fix = shared().0.get(TASK).unwrap().fix_candidate().unwrap();
+    let fix_then = |reward: agentrl_gym::RewardFn, submit_it: bool| -> f32 {
+        let mut env = env_with(EnvConfig {
+            max_turns: 2,
+            reward,
+            ..EnvConfig::default()
+        });
+        env.reset(TASK).unwrap();
+        env.step(&call("edit", json!({"candidate": fix}))).unwrap();
+        let last = if submit_it {
+            call("submit", json!({}))
+        } else {
+            call("test", json!({}))
+        };
+        let step = env.step(&last).unwrap();
+        assert!(step.done);
+        step.reward.unwrap().score
+    };
+    let plain = agentrl_gym::RewardFn::default();
+    assert_eq!(fix_then(plain.clone(), true), 1.0);
+    assert_eq!(fix_then(plain, false), 1.0);
+    let costly = agentrl_gym::RewardFn {
+        turn_cost: 0.1,
+        ..agentrl_gym::RewardFn::default()
+    };
+    assert!((fix_then(costly, true) - 0.8).abs() < 1e-6);
+    let strict = agentrl_gym::RewardFn {
+        require_submit: true,
+        ..agentrl_gym::RewardFn::default()
+    };
+    assert_eq!(fix_then(strict.clone(), true), 1.0);
+    assert_eq!(fix_then(strict, false), 0.0);
+}

@@ -13,7 +13,9 @@
 //! `experiments/<name>.md` holds each experiment's recorded output, which
 //! `tests/experiment_cli.rs` compares (verdict and rounded numbers) for the fast ones.
 
+mod algorithms;
 mod entropy_collapse;
+mod length_effects;
 mod mismatch;
 mod post_training;
 mod reward_hacking;
@@ -33,9 +35,14 @@ use agentrl_train::session::{run_session, Progress, SessionOptions, SessionOutco
 
 #[derive(Debug, Args)]
 pub struct ExperimentArgs {
-    /// The experiment: reward-hacking, mismatch, entropy-collapse, post-training (or `list`).
-    #[arg(value_name = "NAME")]
-    pub name: String,
+    /// The experiment: reward-hacking, mismatch, entropy-collapse, algorithms, length-effects,
+    /// post-training (or `list`).
+    #[arg(value_name = "NAME", required_unless_present = "all", conflicts_with = "all")]
+    pub name: Option<String>,
+    /// Run every experiment, one after another, each into `<--out>/<name>` (default
+    /// `runs/experiments/<name>`); docs/experiments.md lists how long each takes (hours in all).
+    #[arg(long)]
+    pub all: bool,
     /// Seeds (comma-separated); at least 3 for a verdict.
     #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
     pub seeds: Vec<u64>,
@@ -43,6 +50,11 @@ pub struct ExperimentArgs {
     /// `runs/experiments/<name>`.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Judge the runs an earlier call left in `--out` again, without training: rewrites its
+    /// figures and result.md (after a change to the judge or the figures). Not for
+    /// experiments that evaluate before and after training (their evaluations are not kept).
+    #[arg(long, conflicts_with = "all")]
+    pub rejudge: bool,
 }
 
 /// One experiment: its arms and how to judge them.
@@ -66,12 +78,25 @@ pub(crate) struct Arm {
     pub sets: &'static [&'static str],
 }
 
+/// An arm named `name` that sets `sets` (`key=value` overrides, as `--set` takes them).
+pub(crate) const fn arm(name: &'static str, sets: &'static [&'static str]) -> Arm {
+    Arm { name, sets }
+}
+
 /// An arm's runs, one per seed: (seed, metrics lines), and with [`Experiment::evals`] each
 /// run's evaluations (before, after training).
 pub(crate) struct ArmRuns {
     pub name: &'static str,
     pub runs: Vec<(u64, Vec<MetricLine>)>,
     pub evals: Vec<(Vec<EvalReport>, Vec<EvalReport>)>,
+}
+
+impl ArmRuns {
+    /// A figure of each run (`of` its metrics lines), over the seeds.
+    pub fn over_seeds(&self, of: impl Fn(&[MetricLine]) -> f64) -> OverSeeds {
+        let values: Vec<f64> = self.runs.iter().map(|(_, lines)| of(lines)).collect();
+        OverSeeds::of(&values)
+    }
 }
 
 pub(crate) struct Judgement {
@@ -85,6 +110,8 @@ const EXPERIMENTS: &[&Experiment] = &[
     &reward_hacking::EXPERIMENT,
     &mismatch::EXPERIMENT,
     &entropy_collapse::EXPERIMENT,
+    &algorithms::EXPERIMENT,
+    &length_effects::EXPERIMENT,
 ];
 
 /// An experiment with its own driver: its arms are not all RL sessions of one config each
@@ -99,7 +126,30 @@ pub(crate) struct DrivenExperiment {
 const DRIVEN: &[&DrivenExperiment] = &[&post_training::EXPERIMENT];
 
 pub fn experiment(args: ExperimentArgs) -> anyhow::Result<()> {
-    if args.name == "list" {
+    if args.all {
+        let root = args
+            .out
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("runs/experiments"));
+        let names = EXPERIMENTS
+            .iter()
+            .map(|e| e.name)
+            .chain(DRIVEN.iter().map(|e| e.name));
+        for name in names {
+            eprintln!("experiment --all: {name}");
+            experiment(ExperimentArgs {
+                name: Some(name.to_string()),
+                all: false,
+                seeds: args.seeds.clone(),
+                out: Some(root.join(name)),
+                rejudge: false,
+            })
+            .with_context(|| format!("experiment {name}"))?;
+        }
+        return Ok(());
+    }
+    let name = args.name.as_deref().unwrap_or("list");
+    if name == "list" {
         for (name, question) in EXPERIMENTS
             .iter()
             .map(|e| (e.name, e.question))
@@ -109,14 +159,17 @@ pub fn experiment(args: ExperimentArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    if let Some(driven) = DRIVEN.iter().find(|e| e.name == args.name) {
+    if let Some(driven) = DRIVEN.iter().find(|e| e.name == name) {
+        if args.rejudge {
+            bail!("--rejudge is not offered by {}", driven.name);
+        }
         let out = prepare_out(&args, driven.name)?;
         return (driven.run)(&args, &out);
     }
-    let Some(experiment) = EXPERIMENTS.iter().find(|e| e.name == args.name) else {
+    let Some(experiment) = EXPERIMENTS.iter().find(|e| e.name == name) else {
         bail!(
             "no experiment {:?}; the experiments are: {}",
-            args.name,
+            name,
             EXPERIMENTS
                 .iter()
                 .map(|e| e.name)
@@ -125,12 +178,33 @@ pub fn experiment(args: ExperimentArgs) -> anyhow::Result<()> {
                 .join(", ")
         );
     };
-    let out = prepare_out(&args, experiment.name)?;
+    let out = if args.rejudge {
+        let out = out_dir(&args, experiment.name);
+        if experiment.evals {
+            bail!(
+                "--rejudge reads the runs' metrics only; {} judges evaluations that are not kept",
+                experiment.name
+            );
+        }
+        if !out.is_dir() {
+            bail!(
+                "--rejudge needs the folder of an earlier run; {} is none",
+                out.display()
+            );
+        }
+        out
+    } else {
+        prepare_out(&args, experiment.name)?
+    };
     let started = Instant::now();
     let mut arms = Vec::new();
     for arm in experiment.arms {
         let (mut runs, mut evals) = (Vec::new(), Vec::new());
         for &seed in &args.seeds {
+            if args.rejudge {
+                runs.push((seed, read_run(&out.join(run_name(arm, seed)))?));
+                continue;
+            }
             eprintln!("{}: arm {} seed {seed}", experiment.name, arm.name);
             let (lines, outcome) = train_arm(&out, experiment, arm, seed)?;
             runs.push((seed, lines));
@@ -144,9 +218,21 @@ pub fn experiment(args: ExperimentArgs) -> anyhow::Result<()> {
     }
     let judgement = (experiment.judge)(&arms);
     let mut figures = Vec::new();
+    // More arms than a legend holds: one figure per set of arms (`stem-1.png`, `stem-2.png`, …).
+    let parts: Vec<&[ArmRuns]> = arms.chunks(ARMS_PER_FIGURE).collect();
     for (stem, title, y_label, metric) in experiment.figures {
-        let svg = chart(&arms, title, y_label, metric).to_svg();
-        figures.push(write_figure(&out, stem, title, &svg)?);
+        for (i, part) in parts.iter().enumerate() {
+            let (stem, title) = if parts.len() == 1 {
+                (stem.to_string(), title.to_string())
+            } else {
+                (
+                    format!("{stem}-{}", i + 1),
+                    format!("{title} ({}/{})", i + 1, parts.len()),
+                )
+            };
+            let svg = chart(part, &title, y_label, metric).to_svg();
+            figures.push(write_figure(&out, &stem, &title, &svg)?);
+        }
     }
     let result = ResultDoc {
         name: experiment.name,
@@ -166,6 +252,7 @@ pub fn experiment(args: ExperimentArgs) -> anyhow::Result<()> {
     finish(
         &out,
         &result,
+        if args.rejudge { "re-judged in" } else { "took" },
         started.elapsed().as_secs_f64(),
         arms.iter().map(|a| a.runs.len()).sum::<usize>(),
     )
@@ -180,10 +267,7 @@ fn prepare_out(args: &ExperimentArgs, name: &str) -> anyhow::Result<PathBuf> {
             args.seeds.len()
         );
     }
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| Path::new("runs/experiments").join(name));
+    let out = out_dir(args, name);
     if out.exists() {
         bail!(
             "{} exists; an experiment never writes over an earlier one (pass --out DIR)",
@@ -192,6 +276,13 @@ fn prepare_out(args: &ExperimentArgs, name: &str) -> anyhow::Result<PathBuf> {
     }
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     Ok(out)
+}
+
+/// The experiment's folder: `--out`, default `runs/experiments/<name>`.
+fn out_dir(args: &ExperimentArgs, name: &str) -> PathBuf {
+    args.out
+        .clone()
+        .unwrap_or_else(|| Path::new("runs/experiments").join(name))
 }
 
 /// What `result.md` says, in order.
@@ -226,10 +317,12 @@ impl ResultDoc<'_> {
     }
 }
 
-/// Writes `out/result.md`, prints it, and how long the experiment took over how many runs.
+/// Writes `out/result.md`, prints it, and how long the experiment took (`took`, or
+/// `re-judged in`) over how many runs.
 pub(crate) fn finish(
     out: &Path,
     result: &ResultDoc<'_>,
+    took: &str,
     seconds: f64,
     runs: usize,
 ) -> anyhow::Result<()> {
@@ -238,7 +331,7 @@ pub(crate) fn finish(
         .with_context(|| format!("writing {}", out.join("result.md").display()))?;
     print!("{text}");
     println!(
-        "took {seconds:.0} s ({runs} runs); written to {}",
+        "{took} {seconds:.0} s ({runs} runs); written to {}",
         out.display()
     );
     Ok(())
@@ -279,7 +372,7 @@ fn train_arm(
     arm: &Arm,
     seed: u64,
 ) -> anyhow::Result<(Vec<MetricLine>, SessionOutcome)> {
-    let mut sets = run_sets(out, &format!("{}-{seed}", arm.name), seed)?;
+    let mut sets = run_sets(out, &run_name(arm, seed), seed)?;
     sets.extend(experiment.common.iter().map(|s| s.to_string()));
     sets.extend(arm.sets.iter().map(|s| s.to_string()));
     let config = load_config(None, &sets)?;
@@ -290,9 +383,24 @@ fn train_arm(
         stop: None,
     };
     let outcome = run_session(trainer, &options)?;
-    let lines = read_metrics(&Path::new(&outcome.run_dir).join("metrics.jsonl"))?;
+    let lines = read_run(Path::new(&outcome.run_dir))?;
     Ok((lines, outcome))
 }
+
+/// The folder name of an arm's run on one seed, under the experiment's folder.
+fn run_name(arm: &Arm, seed: u64) -> String {
+    format!("{}-{seed}", arm.name)
+}
+
+/// A run's metrics lines, with the episode lengths its episodes files give.
+fn read_run(run_dir: &Path) -> anyhow::Result<Vec<MetricLine>> {
+    let mut lines = read_metrics(&run_dir.join("metrics.jsonl"))?;
+    length_effects::add_episode_lengths(run_dir, &mut lines)?;
+    Ok(lines)
+}
+
+/// Arms a figure shows at most: the legend's two rows hold five of the longest preset names.
+const ARMS_PER_FIGURE: usize = 5;
 
 const COLORS: [&str; 6] = [
     "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",

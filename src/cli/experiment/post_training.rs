@@ -243,6 +243,7 @@ fn run(args: &ExperimentArgs, out: &Path) -> anyhow::Result<()> {
     finish(
         out,
         &result,
+        "took",
         started.elapsed().as_secs_f64(),
         args.seeds.len() * (METHODS.len() + 1),
     )

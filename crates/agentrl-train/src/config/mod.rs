@@ -363,6 +363,7 @@ mod tests {
             (&["eval.temperature=-1"], "eval.temperature"),
             (&["algorithm.kl_horizon=0"], "kl_horizon"),
             (&["reward.format_penalty=-0.1"], "format_penalty"),
+            (&["reward.turn_cost=-0.1"], "turn_cost"),
             (&["model.d_model=0"], "d_model"),
             (&["algorithm.entropy_coef=nan"], "entropy_coef"),
         ];

@@ -102,6 +102,12 @@ impl Config {
                 self.reward.format_penalty
             ));
         }
+        if !(self.reward.turn_cost.is_finite() && self.reward.turn_cost >= 0.0) {
+            errors.push(format!(
+                "reward.turn_cost = {} must be >= 0 (it is subtracted per turn)",
+                self.reward.turn_cost
+            ));
+        }
         if self.eval.samples == 0 {
             errors.push("eval.samples must be >= 1".into());
         }
