@@ -37,7 +37,11 @@ use agentrl_train::session::{run_session, Progress, SessionOptions, SessionOutco
 pub struct ExperimentArgs {
     /// The experiment: reward-hacking, mismatch, entropy-collapse, algorithms, length-effects,
     /// post-training (or `list`).
-    #[arg(value_name = "NAME", required_unless_present = "all", conflicts_with = "all")]
+    #[arg(
+        value_name = "NAME",
+        required_unless_present = "all",
+        conflicts_with = "all"
+    )]
     pub name: Option<String>,
     /// Run every experiment, one after another, each into `<--out>/<name>` (default
     /// `runs/experiments/<name>`); docs/experiments.md lists how long each takes (hours in all).
