@@ -739,7 +739,6 @@ fn read_complete(paths: &CheckpointPaths, name: &str) -> anyhow::Result<TrainSta
     Ok(state)
 }
 
-/// `YYYYmmdd-HHMMSS` in UTC, plus the process id so two runs started in the same second differ.
 /// Creates a new, empty `runs_root/<timestamp>` folder. Two runs started in the same second
 /// by one process (a sweep, a test) would share a name, so a taken name gets `-2`, `-3`, …;
 /// `create_dir` (not `create_dir_all`) makes the claim atomic.
@@ -768,6 +767,8 @@ fn fresh_timestamped_dir(runs_root: &Path) -> anyhow::Result<PathBuf> {
     )
 }
 
+/// `YYYYmmdd-HHMMSS` in UTC, plus the process id, so runs two processes start in the same second
+/// differ (one process's are told apart by [`fresh_timestamped_dir`]).
 fn timestamp_name() -> String {
     let now = time::OffsetDateTime::now_utc();
     format!(
