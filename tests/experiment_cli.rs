@@ -89,10 +89,22 @@ fn the_list_names_every_experiment() -> anyhow::Result<()> {
         "post-training",
         "algorithms",
         "length-effects",
+        "qwen3-format",
     ] {
         assert!(
             listed.lines().any(|l| l.starts_with(name)),
             "{name} not in\n{listed}"
+        );
+    }
+    // Every listed experiment has its recorded output in the repository.
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for line in listed.lines() {
+        let name = line.split_whitespace().next().unwrap_or_default();
+        let recorded = root.join("experiments").join(format!("{name}.md"));
+        assert!(
+            recorded.is_file(),
+            "experiment {name} has no recorded output at {}",
+            recorded.display()
         );
     }
     Ok(())

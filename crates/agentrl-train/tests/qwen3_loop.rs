@@ -12,6 +12,8 @@ use agentrl_engine::LogprobKind;
 use agentrl_model::qwen3::{LoadOptions, Qwen3};
 use agentrl_train::config::{load_config, Config};
 use agentrl_train::recipes::rl::Trainer;
+use agentrl_train::recipes::sft::run_sft_session;
+use agentrl_train::session::{Progress, SessionOptions};
 
 mod common;
 
@@ -70,6 +72,18 @@ fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| s.to_string()).collect()
 }
 
+/// A learning run's settings: the task folder, the seed and the run's name.
+fn seed_sets(tasks: &Path, seed: u64, run_name: &str) -> anyhow::Result<Vec<String>> {
+    Ok(vec![
+        format!(
+            "rollout.tasks_dir={}",
+            serde_json::to_string(tasks.to_str().unwrap())?
+        ),
+        format!("train.seed={seed}"),
+        format!("train.run_name={}", serde_json::to_string(run_name)?),
+    ])
+}
+
 /// Mean reward and valid-tool-call rate (turns without a format error) of `per_task`
 /// episodes of each train task, sampled by the current policy as an RL step samples them.
 fn reward_and_valid_calls(trainer: &mut Trainer, tag: u64) -> anyhow::Result<(f64, f64)> {
@@ -97,14 +111,7 @@ fn warm_up_then_grpo_raises_the_valid_tool_call_rate_and_the_reward() -> anyhow:
     let tasks = tmp.path().join("tasks");
     common::task_dir(&tasks, [2, 0, 0])?;
     for seed in [0u64, 1] {
-        let sets = vec![
-            format!(
-                "rollout.tasks_dir={}",
-                serde_json::to_string(tasks.to_str().unwrap())?
-            ),
-            format!("train.seed={seed}"),
-            format!("train.run_name=\"seed-{seed}\""),
-        ];
+        let sets = seed_sets(&tasks, seed, &format!("seed-{seed}"))?;
         let (mut trainer, _) = Trainer::create(qwen3_config(tmp.path(), &model, &sets)?)?;
         let untrained = reward_and_valid_calls(&mut trainer, 100 + seed)?;
         let warmup_steps = trainer.config.train.format_warmup_steps;
@@ -155,6 +162,64 @@ fn warm_up_then_grpo_raises_the_valid_tool_call_rate_and_the_reward() -> anyhow:
         assert!(
             trained.1 > warmed.1 + 0.1 && trained.0 > warmed.0 + 0.1,
             "seed {seed}: GRPO raised the valid-call rate and the reward: {warmed:?} -> {trained:?}"
+        );
+    }
+    Ok(())
+}
+
+/// SFT (`agentrl sft`'s recipe) on the gym expert's Qwen3 chat episodes (issue 15): whole
+/// multi-turn conversations with real `<tool_call>` JSON (candidate edits: the free-form diffs
+/// run past the 40-token action cap), the loss on the assistant turns only. The untrained
+/// model writes no valid call; 40 SFT steps make a clear share of its sampled turns valid.
+/// Measured on 32 fresh episodes of the two train tasks before and after, over two seeds.
+#[test]
+fn sft_on_expert_chat_episodes_raises_the_valid_tool_call_rate() -> anyhow::Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let model = tiny_qwen3(tmp.path())?;
+    let tasks = tmp.path().join("tasks");
+    common::task_dir(&tasks, [2, 0, 0])?;
+    for seed in [0u64, 1] {
+        let mut sets = seed_sets(&tasks, seed, &format!("sft-{seed}"))?;
+        sets.extend(strings(&[
+            // The recovery demonstrations (a wrong edit, then the fix, then submit) need 3.
+            "rollout.max_turns=3",
+            "sft.edit_forms=[\"candidate\"]",
+            "train.format_warmup_steps=0",
+            "train.steps=40",
+        ]));
+        let (mut trainer, _) = Trainer::create(qwen3_config(tmp.path(), &model, &sets)?)?;
+        let untrained = reward_and_valid_calls(&mut trainer, 400 + seed)?;
+        let options = SessionOptions {
+            progress: Progress::Off,
+            summary_evals: false,
+            stop: None,
+        };
+        let mut losses = Vec::new();
+        let outcome = run_sft_session(trainer, &options, &mut |_, line| {
+            losses.extend(line.get(agentrl_run::metrics::names::SFT_LOSS));
+            Ok(())
+        })?;
+        let mut tuned = Trainer::open_for_eval(Path::new(&outcome.run_dir))?;
+        let after = reward_and_valid_calls(&mut tuned, 500 + seed)?;
+        eprintln!(
+            "seed {seed}: (reward, valid-call rate) untrained {untrained:.3?}, after SFT on \
+             expert chat episodes {after:.3?}; SFT loss {:.2} -> {:.2}",
+            losses[0],
+            losses[losses.len() - 1]
+        );
+        assert_eq!(losses.len(), 40);
+        assert!(
+            losses[39] < 0.5 * losses[0],
+            "the SFT loss fell: {losses:?}"
+        );
+        assert!(
+            untrained.1 < 0.05,
+            "seed {seed}: the untrained model writes no valid call"
+        );
+        assert!(
+            after.1 > untrained.1 + 0.1,
+            "seed {seed}: SFT on expert chat episodes raised the valid-call rate: \
+             {untrained:?} -> {after:?}"
         );
     }
     Ok(())

@@ -18,6 +18,7 @@ mod entropy_collapse;
 mod length_effects;
 mod mismatch;
 mod post_training;
+mod qwen3_format;
 mod reward_hacking;
 
 use std::path::{Path, PathBuf};
@@ -36,7 +37,7 @@ use agentrl_train::session::{run_session, Progress, SessionOptions, SessionOutco
 #[derive(Debug, Args)]
 pub struct ExperimentArgs {
     /// The experiment: reward-hacking, mismatch, entropy-collapse, algorithms, length-effects,
-    /// post-training (or `list`).
+    /// post-training, qwen3-format (or `list`).
     #[arg(
         value_name = "NAME",
         required_unless_present = "all",
@@ -127,7 +128,7 @@ pub(crate) struct DrivenExperiment {
     pub run: fn(&ExperimentArgs, &Path) -> anyhow::Result<()>,
 }
 
-const DRIVEN: &[&DrivenExperiment] = &[&post_training::EXPERIMENT];
+const DRIVEN: &[&DrivenExperiment] = &[&post_training::EXPERIMENT, &qwen3_format::EXPERIMENT];
 
 pub fn experiment(args: ExperimentArgs) -> anyhow::Result<()> {
     if args.all {

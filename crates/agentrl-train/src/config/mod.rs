@@ -366,6 +366,11 @@ mod tests {
             (&["reward.turn_cost=-0.1"], "turn_cost"),
             (&["model.d_model=0"], "d_model"),
             (&["algorithm.entropy_coef=nan"], "entropy_coef"),
+            (&["sft.edit_forms=[]"], "sft.edit_forms is empty"),
+            (
+                &["sft.edit_forms=[\"free_form\"]"],
+                "TinyAgent writes only candidate",
+            ),
         ];
         for (sets, needle) in cases {
             let errors = errors_of(sets);

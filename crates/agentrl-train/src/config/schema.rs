@@ -294,6 +294,13 @@ pub struct SftConfig {
     /// the gym's scripted expert, fresh demonstrations each step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<String>,
+    /// The edit forms the scripted expert demonstrates (`"candidate"`: `edit {candidate: k}`;
+    /// `"free_form"`: `edit {path, old, new}` from the reference diff), cycled through the
+    /// demonstrations; unset = every form the policy's codec can write (TinyAgent: candidate
+    /// only). Read wherever the expert demonstrates: `agentrl sft` and
+    /// `train.format_warmup_data = "expert"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edit_forms: Option<Vec<agentrl_gym::expert::EditForm>>,
 }
 
 /// Rejection-sampling fine-tuning (`agentrl rft`, `recipes::rft`): each of the `train.steps`

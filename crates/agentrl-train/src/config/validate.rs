@@ -157,6 +157,23 @@ impl Config {
         if !positive_finite(self.sft.lr) {
             errors.push(format!("sft.lr must be > 0, got {}", self.sft.lr));
         }
+        if let Some(forms) = &self.sft.edit_forms {
+            if forms.is_empty() {
+                errors.push(
+                    "sft.edit_forms is empty: name \"candidate\" and/or \"free_form\", or unset it"
+                        .into(),
+                );
+            }
+            if self.model.kind == super::ModelKind::Tiny
+                && forms.contains(&agentrl_gym::expert::EditForm::FreeForm)
+            {
+                errors.push(
+                    "sft.edit_forms: TinyAgent writes only candidate edits (`edit {candidate: k}`), \
+                     not \"free_form\""
+                        .into(),
+                );
+            }
+        }
         if self.rft.samples_per_task == 0 {
             errors.push("rft.samples_per_task must be >= 1".into());
         }

@@ -15,6 +15,7 @@
 use std::path::Path;
 use std::time::Instant;
 
+use agentrl_gym::expert::EditForm;
 use agentrl_rollout::{edit_forms, expert_episodes, expert_jobs, Episode, ShuffledCandidates};
 use anyhow::Context;
 use rand::seq::SliceRandom;
@@ -125,7 +126,7 @@ pub fn expert_demonstrations_for(
     mut rng: rand_chacha::ChaCha8Rng,
 ) -> anyhow::Result<Vec<Episode>> {
     let config = &trainer.config;
-    let forms = edit_forms(trainer.codec.as_ref());
+    let forms = demonstrated_edit_forms(trainer)?;
     let jobs = expert_jobs(task_ids, per_task, &forms, first_job);
     let envs: Vec<ShuffledCandidates<_>> = trainer
         .training_envs(jobs.len())
@@ -146,6 +147,26 @@ pub fn expert_demonstrations_for(
         &jobs,
         config.rollout.max_turns,
     )
+}
+
+/// The edit forms the expert demonstrates: `sft.edit_forms`, each checked against what the
+/// policy's codec can write, or (unset) all of those.
+pub fn demonstrated_edit_forms(trainer: &Trainer) -> anyhow::Result<Vec<EditForm>> {
+    let writable = edit_forms(trainer.codec.as_ref());
+    let Some(chosen) = &trainer.config.sft.edit_forms else {
+        return Ok(writable);
+    };
+    anyhow::ensure!(
+        !chosen.is_empty(),
+        "sft.edit_forms is empty: name at least one of \"candidate\", \"free_form\" (or unset it)"
+    );
+    for form in chosen {
+        anyhow::ensure!(
+            writable.contains(form),
+            "sft.edit_forms: this policy's codec cannot write {form:?} edits (it writes {writable:?})"
+        );
+    }
+    Ok(chosen.clone())
 }
 
 /// The episodes of step `step` from a fixed set of `n`: consecutive slices of per-epoch
