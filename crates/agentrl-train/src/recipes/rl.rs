@@ -332,8 +332,8 @@ impl Trainer {
                     self.state = state;
                     let warmup_steps = self.config.train.format_warmup_steps;
                     if self.config.train.format_warmup_kl_anchor && self.state.step > warmup_steps {
-                        // Past the hand-over: the anchor it wrote (at the hand-over itself,
-                        // `step` makes it again).
+                        // Past the hand-over the reference is the anchor the hand-over wrote;
+                        // a run resumed at the hand-over itself makes it again in `step`.
                         if let Some(reference) = &self.reference {
                             let path = self.run.root.join(KL_REFERENCE_FILE);
                             reference.load(&path).with_context(|| {
