@@ -74,7 +74,7 @@ fn reward_hacking_reproduces_its_recorded_verdict() -> anyhow::Result<()> {
 }
 
 /// `post-training` takes about 15 minutes (6 methods × 3 seeds), `format-learning` and
-/// `credit-assignment` about 10 each, too long for CI: their recorded outputs
+/// `credit-assignment` about 14 each, too long for CI: their recorded outputs
 /// (`experiments/<name>.md`) are not re-run here, but they are listed.
 #[test]
 fn the_list_names_every_experiment() -> anyhow::Result<()> {
