@@ -73,8 +73,9 @@ fn reward_hacking_reproduces_its_recorded_verdict() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `post-training` takes about 15 minutes (6 methods × 3 seeds), too long for CI: its
-/// recorded output (`experiments/post-training.md`) is not re-run here, but it is listed.
+/// `post-training` takes about 15 minutes (6 methods × 3 seeds), `format-learning` and
+/// `credit-assignment` about 14 each, too long for CI: their recorded outputs
+/// (`experiments/<name>.md`) are not re-run here, but they are listed.
 #[test]
 fn the_list_names_every_experiment() -> anyhow::Result<()> {
     let run = Command::new(env!("CARGO_BIN_EXE_agentrl"))
@@ -89,6 +90,8 @@ fn the_list_names_every_experiment() -> anyhow::Result<()> {
         "post-training",
         "algorithms",
         "length-effects",
+        "format-learning",
+        "credit-assignment",
         "qwen3-format",
     ] {
         assert!(

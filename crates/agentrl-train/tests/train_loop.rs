@@ -314,6 +314,59 @@ fn format_warmup_teaches_the_call_syntax_in_the_full_vocabulary() -> anyhow::Res
     Ok(())
 }
 
+/// `train.format_warmup_kl_anchor`: at the hand-over to RL the warmed-up policy becomes the KL
+/// reference, so the first RL step's KL to it is 0 (its one optimizer step scores the batch
+/// before moving the weights), where the initial policy as the reference shows how far the
+/// warm-up moved; and a run resumed past the hand-over anchors to the same weights (the same
+/// KL as the run that was not interrupted).
+#[test]
+fn the_kl_anchor_makes_the_warmed_up_policy_the_reference() -> anyhow::Result<()> {
+    let sets = |anchor: bool| {
+        vec![
+            "train.steps=4".to_string(),
+            "train.format_warmup_steps=2".to_string(),
+            "train.checkpoint_every=0".to_string(),
+            "train.episodes_every=0".to_string(),
+            "rollout.tasks_per_step=2".to_string(),
+            "rollout.group_size=4".to_string(),
+            "reward.kind=fraction".to_string(),
+            "algorithm.kl_coef=0.1".to_string(),
+            format!("train.format_warmup_kl_anchor={anchor}"),
+        ]
+    };
+    let kl_per_step = |anchor: bool, name: &str| -> anyhow::Result<Vec<Option<f64>>> {
+        let sets = sets(anchor);
+        let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+        let (_tmp, mut trainer) = small_trainer(2, name, &sets)?;
+        (0..4).map(|_| Ok(trainer.step()?.update.kl_ref)).collect()
+    };
+    let anchored = kl_per_step(true, "anchored")?;
+    let initial = kl_per_step(false, "initial")?;
+    eprintln!("KL per step, anchored {anchored:?}, to the initial policy {initial:?}");
+    let (Some(anchored_first), Some(initial_first)) = (anchored[2], initial[2]) else {
+        anyhow::bail!("no KL at the first RL step: {anchored:?} {initial:?}");
+    };
+    assert!(anchored_first.abs() < 1e-6, "{anchored:?}");
+    assert!(initial_first > 1e-3, "{initial:?}");
+    assert!(anchored[3].is_some_and(|kl| kl > 0.0), "{anchored:?}");
+
+    // Interrupted after the first RL step and resumed: the same reference, the same KL.
+    let sets = sets(true);
+    let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+    let (_tmp, mut trainer) = small_trainer(2, "resumed", &sets)?;
+    for _ in 0..3 {
+        let record = trainer.step()?;
+        trainer.log(&record)?;
+    }
+    trainer.checkpoint()?;
+    let run = trainer.run.root.clone();
+    drop(trainer);
+    let mut resumed = Trainer::resume(&run, &[])?;
+    assert_eq!(resumed.state.step, 3);
+    assert_eq!(resumed.step()?.update.kl_ref, anchored[3]);
+    Ok(())
+}
+
 /// All of TinyAgent's weights, flattened in name order.
 fn weights_of(trainer: &Trainer) -> anyhow::Result<Vec<f32>> {
     let named = trainer.policy.trainable_vars();

@@ -14,7 +14,9 @@
 //! `tests/experiment_cli.rs` compares (verdict and rounded numbers) for the fast ones.
 
 mod algorithms;
+mod credit_assignment;
 mod entropy_collapse;
+mod format_learning;
 mod length_effects;
 mod mismatch;
 mod post_training;
@@ -37,7 +39,7 @@ use agentrl_train::session::{run_session, Progress, SessionOptions, SessionOutco
 #[derive(Debug, Args)]
 pub struct ExperimentArgs {
     /// The experiment: reward-hacking, mismatch, entropy-collapse, algorithms, length-effects,
-    /// post-training, qwen3-format (or `list`).
+    /// format-learning, credit-assignment, post-training, qwen3-format (or `list`).
     #[arg(
         value_name = "NAME",
         required_unless_present = "all",
@@ -117,6 +119,8 @@ const EXPERIMENTS: &[&Experiment] = &[
     &entropy_collapse::EXPERIMENT,
     &algorithms::EXPERIMENT,
     &length_effects::EXPERIMENT,
+    &format_learning::EXPERIMENT,
+    &credit_assignment::EXPERIMENT,
 ];
 
 /// An experiment with its own driver: its arms are not all RL sessions of one config each
@@ -401,6 +405,8 @@ fn run_name(arm: &Arm, seed: u64) -> String {
 fn read_run(run_dir: &Path) -> anyhow::Result<Vec<MetricLine>> {
     let mut lines = read_metrics(&run_dir.join("metrics.jsonl"))?;
     length_effects::add_episode_lengths(run_dir, &mut lines)?;
+    format_learning::add_valid_call_rate(&mut lines);
+    credit_assignment::add_test_first(run_dir, &mut lines)?;
     Ok(lines)
 }
 
@@ -484,7 +490,8 @@ pub(crate) fn series(lines: &[MetricLine], metric: &str) -> Vec<(f64, f64)> {
 }
 
 /// The mean over seeds of curves, point by point (as far as the shortest goes): the mean x
-/// and the mean of the finite y values (0 where none is).
+/// and the mean of the finite y values (NaN, a gap in the line, where none is: a step no seed
+/// measured, such as a format warm-up step).
 fn mean_curve(runs: &[Vec<(f64, f64)>]) -> Vec<(f64, f64)> {
     let points = runs.iter().map(Vec::len).min().unwrap_or(0);
     (0..points)
@@ -495,7 +502,10 @@ fn mean_curve(runs: &[Vec<(f64, f64)>]) -> Vec<(f64, f64)> {
                 .map(|r| r[i].1)
                 .filter(|y| y.is_finite())
                 .collect();
-            (x, ys.iter().sum::<f64>() / ys.len().max(1) as f64)
+            if ys.is_empty() {
+                return (x, f64::NAN);
+            }
+            (x, ys.iter().sum::<f64>() / ys.len() as f64)
         })
         .collect()
 }

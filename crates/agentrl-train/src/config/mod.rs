@@ -356,6 +356,20 @@ mod tests {
             (&["algorithm.name=rloo", "rollout.group_size=1"], "rloo"),
             (&["model.d_model=30", "model.heads=4"], "multiple"),
             (&["train.format_warmup_steps=60"], "no RL steps"),
+            (
+                &[
+                    "train.format_warmup_kl_anchor=true",
+                    "algorithm.kl_coef=0.1",
+                ],
+                "no warm-up to anchor to",
+            ),
+            (
+                &[
+                    "train.format_warmup_kl_anchor=true",
+                    "train.format_warmup_steps=5",
+                ],
+                "no KL term to anchor",
+            ),
             (&["sampling.top_p=0"], "top_p"),
             (&["optim.eps=0"], "optim.eps"),
             (&["optim.min_lr_ratio=2"], "min_lr_ratio"),

@@ -266,6 +266,11 @@ pub struct TrainConfig {
     /// Learning rate of the format warm-up steps (constant; `optim.lr` and its schedule take
     /// over for RL).
     pub format_warmup_lr: f64,
+    /// At the hand-over from the format warm-up to RL, make the warmed-up policy the KL
+    /// reference (`algorithm.kl_coef`) instead of the initial one, so the KL term anchors RL
+    /// to the warmed-up policy (`agentrl experiment format-learning`).
+    #[serde(default)]
+    pub format_warmup_kl_anchor: bool,
     /// Run the doctor live: warn as a failure signature appears (`agentrl doctor RUN` reads
     /// the same rules afterwards).
     pub doctor: bool,

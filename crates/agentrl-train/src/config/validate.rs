@@ -154,6 +154,22 @@ impl Config {
                 t.format_warmup_steps, t.steps
             ));
         }
+        if t.format_warmup_kl_anchor {
+            let kl = &self.algorithm.knobs;
+            if t.format_warmup_steps == 0 {
+                errors.push(
+                    "train.format_warmup_kl_anchor = true needs train.format_warmup_steps > 0 \
+                     (there is no warm-up to anchor to)"
+                        .into(),
+                );
+            } else if kl.kl_coef == 0.0 && kl.kl_target.is_none() {
+                errors.push(
+                    "train.format_warmup_kl_anchor = true with algorithm.kl_coef = 0: there is \
+                     no KL term to anchor (set algorithm.kl_coef > 0)"
+                        .into(),
+                );
+            }
+        }
         if !positive_finite(self.sft.lr) {
             errors.push(format!("sft.lr must be > 0, got {}", self.sft.lr));
         }

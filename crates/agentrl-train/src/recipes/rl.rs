@@ -148,6 +148,10 @@ macro_rules! sampler_of {
     };
 }
 
+/// The warmed-up weights the KL reference takes at the hand-over to RL, in the run's folder
+/// (`train.format_warmup_kl_anchor`).
+pub const KL_REFERENCE_FILE: &str = "kl_reference.safetensors";
+
 /// Everything a run holds in memory.
 pub struct Trainer {
     pub config: Config,
@@ -156,7 +160,8 @@ pub struct Trainer {
     pub device: Device,
     /// The policy being trained (TinyAgent behind its action grammar, or Qwen3).
     pub policy: Box<dyn TrainPolicy>,
-    /// The frozen initial policy, for KL (when the preset uses one).
+    /// The frozen initial policy, for KL (when the preset uses one); the warmed-up one from
+    /// the hand-over to RL with `train.format_warmup_kl_anchor`.
     reference: Option<Box<dyn TrainPolicy>>,
     optimizer: AdamW,
     vars: Vec<Var>,
@@ -325,6 +330,21 @@ impl Trainer {
                     }
                     self.kl = kl_controller(&self.knobs, state.kl_coef)?;
                     self.state = state;
+                    let warmup_steps = self.config.train.format_warmup_steps;
+                    if self.config.train.format_warmup_kl_anchor && self.state.step > warmup_steps {
+                        // Past the hand-over the reference is the anchor the hand-over wrote;
+                        // a run resumed at the hand-over itself makes it again in `step`.
+                        if let Some(reference) = &self.reference {
+                            let path = self.run.root.join(KL_REFERENCE_FILE);
+                            reference.load(&path).with_context(|| {
+                                format!(
+                                    "loading {} as the KL reference \
+                                     (train.format_warmup_kl_anchor)",
+                                    path.display()
+                                )
+                            })?;
+                        }
+                    }
                     return Ok(());
                 }
                 Err(err) => failures.push(format!("{err:#}")),
@@ -639,6 +659,9 @@ impl Trainer {
             // RL starts from the warmed-up weights with a fresh optimizer: see
             // `AdamW::reset_moments`. A run resumed here does the same.
             self.optimizer.reset_moments()?;
+            if self.config.train.format_warmup_kl_anchor {
+                self.anchor_reference_to_policy()?;
+            }
         }
         let started = Instant::now();
         let step = self.state.step;
@@ -962,6 +985,23 @@ impl Trainer {
             }
         }
         Ok(episodes)
+    }
+
+    /// `train.format_warmup_kl_anchor`: the current (warmed-up) weights become the KL
+    /// reference. They are written to the run's [`KL_REFERENCE_FILE`] first, so a run resumed
+    /// past the hand-over anchors to the same weights ([`Self::load_newest_checkpoint`]).
+    fn anchor_reference_to_policy(&mut self) -> anyhow::Result<()> {
+        let Some(reference) = &self.reference else {
+            bail!(
+                "train.format_warmup_kl_anchor = true, but the algorithm keeps no KL reference \
+                 (algorithm.kl_coef = 0)"
+            );
+        };
+        let path = self.run.root.join(KL_REFERENCE_FILE);
+        write_atomic_with(&path, |tmp| self.policy.save(tmp))?;
+        reference
+            .load(&path)
+            .with_context(|| format!("loading {} as the KL reference", path.display()))
     }
 
     /// A format warm-up step (see `train.format_warmup_steps`): one SFT step
