@@ -11,7 +11,7 @@
 
 use agentrl_run::metrics::{names, MetricLine};
 
-use super::{arm, late_mean, ArmRuns, Experiment, Judgement, OverSeeds};
+use super::{arm, first_step_reaching, late_mean, ArmRuns, Experiment, Judgement, OverSeeds};
 
 /// The hidden solve rate an algorithm must reach (mean of 3 consecutive steps).
 const TARGET: f64 = 0.8;
@@ -75,14 +75,7 @@ pub(crate) const EXPERIMENT: Experiment = Experiment {
 /// The first step at which the mean solve rate of the last [`TARGET_WINDOW`] steps reached
 /// [`TARGET`].
 fn steps_to_target(lines: &[MetricLine]) -> Option<usize> {
-    let solve: Vec<(usize, f64)> = lines
-        .iter()
-        .filter_map(|l| Some((l.step, l.get(names::SOLVE_HIDDEN)?)))
-        .collect();
-    solve.windows(TARGET_WINDOW).find_map(|w| {
-        let mean = w.iter().map(|(_, s)| s).sum::<f64>() / w.len() as f64;
-        (mean >= TARGET).then(|| w[w.len() - 1].0)
-    })
+    first_step_reaching(lines, names::SOLVE_HIDDEN, TARGET, TARGET_WINDOW)
 }
 
 struct ArmFigures {

@@ -35,7 +35,9 @@ use agentrl_monitor::episodes::{read_episodes, StoredEpisode};
 use agentrl_rollout::EvalReport;
 use agentrl_run::metrics::{names, MetricLine};
 
-use super::{arm, late_mean, ArmRuns, Experiment, Judgement, OverSeeds};
+use super::{
+    arm, first_step_reaching, late_mean, mean_of, ArmRuns, Experiment, Judgement, OverSeeds,
+};
 
 /// Share of a step's episodes whose first action is a `test` call.
 const TEST_FIRST: &str = "experiment/test_first_rate";
@@ -144,26 +146,10 @@ fn pooled_solve(lines: &[MetricLine], episodes: &str, solved: &str, n: usize) ->
     hit / total
 }
 
-/// Mean of a metric over a run's first `n` steps.
-fn early_mean(lines: &[MetricLine], metric: &str, n: usize) -> f64 {
-    let values: Vec<f64> = lines.iter().take(n).filter_map(|l| l.get(metric)).collect();
-    if values.is_empty() {
-        return f64::NAN;
-    }
-    values.iter().sum::<f64>() / values.len() as f64
-}
-
 /// The first step at which the mean success rate of the last [`TARGET_WINDOW`] steps reached
 /// [`TARGET`].
 fn steps_to_target(lines: &[MetricLine]) -> Option<usize> {
-    let solve: Vec<(usize, f64)> = lines
-        .iter()
-        .filter_map(|l| Some((l.step, l.get(names::REWARD_MEAN)?)))
-        .collect();
-    solve.windows(TARGET_WINDOW).find_map(|w| {
-        let mean = w.iter().map(|(_, s)| s).sum::<f64>() / w.len() as f64;
-        (mean >= TARGET).then(|| w[w.len() - 1].0)
-    })
+    first_step_reaching(lines, names::REWARD_MEAN, TARGET, TARGET_WINDOW)
 }
 
 fn split<'a>(reports: &'a [EvalReport], name: &str) -> Option<&'a EvalReport> {
@@ -204,7 +190,7 @@ fn figures(arm: &ArmRuns) -> ArmFigures {
             .map(|(_, lines)| steps_to_target(lines))
             .collect(),
         test_first: (
-            arm.over_seeds(|lines| early_mean(lines, TEST_FIRST, WINDOW)),
+            arm.over_seeds(|lines| mean_of(&lines[..WINDOW.min(lines.len())], TEST_FIRST)),
             arm.over_seeds(|lines| late_mean(lines, TEST_FIRST, WINDOW)),
         ),
         solve_if_tested: arm.over_seeds(|lines| {

@@ -23,7 +23,7 @@
 
 use agentrl_run::metrics::{names, MetricLine};
 
-use super::{arm, late_mean, ArmRuns, Experiment, Judgement, OverSeeds};
+use super::{arm, early_mean, late_mean, ArmRuns, Experiment, Judgement, OverSeeds};
 
 /// 1 − `env/format_error_rate`: the share of a step's turns that were well-formed calls.
 pub(crate) const VALID_CALL_RATE: &str = "experiment/valid_call_rate";
@@ -108,15 +108,6 @@ pub(crate) fn add_valid_call_rate(lines: &mut [MetricLine]) {
             line.set(VALID_CALL_RATE, 1.0 - errors);
         }
     }
-}
-
-/// Mean of a metric over the first `n` steps that recorded it (the start of RL).
-fn early_mean(lines: &[MetricLine], metric: &str, n: usize) -> f64 {
-    let values: Vec<f64> = lines.iter().filter_map(|l| l.get(metric)).take(n).collect();
-    if values.is_empty() {
-        return f64::NAN;
-    }
-    values.iter().sum::<f64>() / values.len() as f64
 }
 
 struct ArmFigures {

@@ -22,7 +22,7 @@ use std::path::Path;
 use agentrl_monitor::episodes::{read_episodes, StoredEpisode};
 use agentrl_run::metrics::{names, MetricLine};
 
-use super::{arm, late_mean, ArmRuns, Experiment, Judgement, OverSeeds};
+use super::{arm, early_mean, late_mean, ArmRuns, Experiment, Judgement, OverSeeds};
 
 /// Per-step means over the step's failed (hidden tests not all passing) and solved episodes.
 const FAILED_TOKENS: &str = "experiment/failed/action_tokens";
@@ -134,15 +134,6 @@ pub(crate) fn add_episode_lengths(run_dir: &Path, lines: &mut [MetricLine]) -> a
         }
     }
     Ok(())
-}
-
-/// Mean of a metric over a run's first `n` steps that recorded it.
-fn early_mean(lines: &[MetricLine], metric: &str, n: usize) -> f64 {
-    let values: Vec<f64> = lines.iter().filter_map(|l| l.get(metric)).take(n).collect();
-    if values.is_empty() {
-        return f64::NAN;
-    }
-    values.iter().sum::<f64>() / values.len() as f64
 }
 
 struct ArmFigures {

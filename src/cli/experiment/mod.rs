@@ -510,14 +510,47 @@ fn mean_curve(runs: &[Vec<(f64, f64)>]) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// Mean of a metric over a run's last `n` steps; NaN where the run did not record it.
-pub(crate) fn late_mean(lines: &[MetricLine], metric: &str, n: usize) -> f64 {
-    let tail = &lines[lines.len().saturating_sub(n)..];
-    let values: Vec<f64> = tail.iter().filter_map(|l| l.get(metric)).collect();
-    if values.is_empty() {
+/// Mean of `values`; NaN where there are none (a figure the run did not record).
+fn mean_or_nan(values: impl Iterator<Item = f64>) -> f64 {
+    let (sum, count) = values.fold((0.0, 0usize), |(sum, count), v| (sum + v, count + 1));
+    if count == 0 {
         return f64::NAN;
     }
-    values.iter().sum::<f64>() / values.len() as f64
+    sum / count as f64
+}
+
+/// Mean of a metric over `lines`, of those that recorded it; NaN where none did.
+pub(crate) fn mean_of(lines: &[MetricLine], metric: &str) -> f64 {
+    mean_or_nan(lines.iter().filter_map(|l| l.get(metric)))
+}
+
+/// Mean of a metric over a run's last `n` steps; NaN where the run did not record it.
+pub(crate) fn late_mean(lines: &[MetricLine], metric: &str, n: usize) -> f64 {
+    mean_of(&lines[lines.len().saturating_sub(n)..], metric)
+}
+
+/// Mean of a metric over the first `n` steps that recorded it (e.g. the start of RL, after a
+/// warm-up that records none); NaN where none did.
+pub(crate) fn early_mean(lines: &[MetricLine], metric: &str, n: usize) -> f64 {
+    mean_or_nan(lines.iter().filter_map(|l| l.get(metric)).take(n))
+}
+
+/// The first step at which the mean of `metric` over `window` consecutive recorded steps
+/// reached `target` (the step ending that window).
+pub(crate) fn first_step_reaching(
+    lines: &[MetricLine],
+    metric: &str,
+    target: f64,
+    window: usize,
+) -> Option<usize> {
+    let values: Vec<(usize, f64)> = lines
+        .iter()
+        .filter_map(|l| Some((l.step, l.get(metric)?)))
+        .collect();
+    values.windows(window).find_map(|w| {
+        let mean = w.iter().map(|(_, v)| v).sum::<f64>() / w.len() as f64;
+        (mean >= target).then(|| w[w.len() - 1].0)
+    })
 }
 
 /// Mean and spread (min–max) over seeds of a per-run figure.

@@ -149,17 +149,13 @@ pub fn expert_demonstrations_for(
     )
 }
 
-/// The edit forms the expert demonstrates: `sft.edit_forms`, each checked against what the
-/// policy's codec can write, or (unset) all of those.
+/// The edit forms the expert demonstrates: `sft.edit_forms` (non-empty: config validation),
+/// each checked against what the policy's codec can write, or (unset) all of those.
 pub fn demonstrated_edit_forms(trainer: &Trainer) -> anyhow::Result<Vec<EditForm>> {
     let writable = edit_forms(trainer.codec.as_ref());
     let Some(chosen) = &trainer.config.sft.edit_forms else {
         return Ok(writable);
     };
-    anyhow::ensure!(
-        !chosen.is_empty(),
-        "sft.edit_forms is empty: name at least one of \"candidate\", \"free_form\" (or unset it)"
-    );
     for form in chosen {
         anyhow::ensure!(
             writable.contains(form),
