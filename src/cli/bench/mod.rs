@@ -1,10 +1,47 @@
 //! `agentrl bench`: each target times our code against a baseline measured in the same run.
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::Context as _;
 use clap::{Args, Subcommand};
 
 mod qwen3;
+mod sampling;
 mod train;
 mod train_step;
+
+/// A PyTorch baseline script under the checkout's `scripts/`.
+fn baseline_script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scripts")
+        .join(name)
+}
+
+/// Runs `scripts/<name>` with `$AGENTRL_PYTHON` (or `python3`) on `args` as one JSON argument
+/// and parses the JSON object on its last stdout line; `Err` says why it could not (no
+/// interpreter, no torch, a failing script).
+fn run_baseline_script<T: serde::de::DeserializeOwned>(
+    name: &str,
+    args: &impl serde::Serialize,
+) -> anyhow::Result<T> {
+    let python = std::env::var("AGENTRL_PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let script = baseline_script(name);
+    let output = Command::new(&python)
+        .arg(&script)
+        .arg(serde_json::to_string(args)?)
+        .output()
+        .with_context(|| format!("running {python} {}", script.display()))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    anyhow::ensure!(
+        output.status.success(),
+        "{python} {} failed: {}",
+        script.display(),
+        String::from_utf8_lossy(&output.stderr).trim()
+    );
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last).with_context(|| format!("parsing the PyTorch report {last:?}"))
+}
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -34,6 +71,12 @@ pub enum BenchTarget {
     },
     /// One TinyAgent training step: candle vs PyTorch eager, side by side.
     TrainStep {
+        /// Print the result as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rollout sampling: the local KV-cached engine vs a PyTorch KV-cache loop, side by side.
+    Sampling {
         /// Print the result as JSON on stdout.
         #[arg(long)]
         json: bool,
@@ -73,6 +116,7 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
             train::run(json, &overrides)
         }
         BenchTarget::TrainStep { json } => train_step::run(json),
+        BenchTarget::Sampling { json } => sampling::run(json),
         BenchTarget::Qwen3 {
             json,
             config,

@@ -17,11 +17,8 @@
 //! candle runs on `train.threads` of the default config (all cores); PyTorch is timed at 2
 //! threads (the reference) and at 1 thread (for context).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Instant;
 
-use anyhow::Context as _;
 use candle_core::{DType, Device, Tensor, Var};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -80,7 +77,25 @@ impl TrainStepShapes {
         })
     }
 
-    fn model_config(&self) -> TinyConfig {
+    /// Floating-point operations of one training step on this model, counted the usual way
+    /// (Kaplan et al. 2020; PaLM's MFU): a multiply-add is 2 FLOPs, the backward pass costs
+    /// twice the forward, and only matmuls count. Per token: the four projections of each
+    /// block (QKV, output, MLP up and down) and the LM and value heads; per sequence, each
+    /// layer's causal scores `QKᵀ` and mix `PV` over the `T(T+1)/2` visible pairs. The
+    /// kernels' own extra work (the attention backward recomputes the probabilities) is not
+    /// counted, so the FLOP/s is the model's, comparable across implementations.
+    pub fn step_flops(&self) -> f64 {
+        let (d, t) = (self.d_model as f64, self.seq_len as f64);
+        let mlp = (self.mlp_ratio * self.d_model) as f64;
+        let per_token_macs = self.n_layers as f64 * (d * 3.0 * d + d * d + 2.0 * d * mlp)
+            + d * self.vocab as f64
+            + d;
+        let attention_macs_per_sequence = self.n_layers as f64 * 2.0 * d * t * (t + 1.0) / 2.0;
+        let forward_macs = self.batch as f64 * (t * per_token_macs + attention_macs_per_sequence);
+        3.0 * 2.0 * forward_macs
+    }
+
+    pub(super) fn model_config(&self) -> TinyConfig {
         TinyConfig {
             d_model: self.d_model,
             n_layers: self.n_layers,
@@ -172,6 +187,21 @@ pub fn time_candle(shapes: &TrainStepShapes) -> anyhow::Result<CandleTiming> {
     })
 }
 
+/// The CPU clock in GHz from the first `cpu MHz` line of `/proc/cpuinfo` (Linux only).
+fn cpu_clock_ghz() -> Option<f64> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    info.lines()
+        .find_map(|line| {
+            line.strip_prefix("cpu MHz")?
+                .split(':')
+                .nth(1)?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .map(|mhz: f64| mhz / 1e3)
+}
+
 fn median(times: &mut [f64]) -> f64 {
     times.sort_by(f64::total_cmp);
     times.get(times.len() / 2).copied().unwrap_or(f64::NAN)
@@ -186,28 +216,9 @@ struct TorchReport {
     threads: usize,
 }
 
-fn script_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/bench_train_step.py")
-}
-
 /// Runs the PyTorch side; `Err` says why it could not (no interpreter, no torch, ...).
 fn time_torch(shapes: &TrainStepShapes) -> anyhow::Result<TorchReport> {
-    let python = std::env::var("AGENTRL_PYTHON").unwrap_or_else(|_| "python3".to_string());
-    let script = script_path();
-    let output = Command::new(&python)
-        .arg(&script)
-        .arg(serde_json::to_string(shapes)?)
-        .output()
-        .with_context(|| format!("running {python} {}", script.display()))?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    anyhow::ensure!(
-        output.status.success(),
-        "{python} {} failed: {}",
-        script.display(),
-        String::from_utf8_lossy(&output.stderr).trim()
-    );
-    let last = stdout.lines().last().unwrap_or_default();
-    serde_json::from_str(last).with_context(|| format!("parsing the PyTorch report {last:?}"))
+    super::run_baseline_script("bench_train_step.py", shapes)
 }
 
 /// The JSON `bench train-step --json` prints.
@@ -223,6 +234,18 @@ pub struct TrainStepReport {
     pub torch_1thread_ms: Option<f64>,
     /// torch_ms / candle_ms (> 1: candle is faster).
     pub ratio: Option<f64>,
+    /// [`TrainStepShapes::step_flops`], in GFLOP.
+    pub step_gflop: f64,
+    /// Trained tokens per second (`batch × seq_len` per step).
+    pub candle_tokens_per_s: f64,
+    pub torch_tokens_per_s: Option<f64>,
+    /// The model's GFLOP per second of step time.
+    pub candle_gflops: f64,
+    pub torch_gflops: Option<f64>,
+    /// The FP32 peak of the cores used, in GFLOP/s, where the CPU's clock is known: cores ×
+    /// 32 FLOPs per cycle (two 8-lane fused multiply-add units, AVX2) × the clock
+    /// `/proc/cpuinfo` reports. A ceiling for context, not a measured figure.
+    pub peak_gflops_estimate: Option<f64>,
     pub torch_version: Option<String>,
     pub torch_threads: Option<usize>,
     pub candle_threads: usize,
@@ -247,8 +270,17 @@ pub fn run(json: bool) -> anyhow::Result<()> {
         ),
         Err(err) => (None, None, None, None, Some(format!("{err:#}"))),
     };
+    let step_gflop = shapes.step_flops() / 1e9;
+    let tokens = (shapes.batch * shapes.seq_len) as f64;
+    let candle_threads = candle_core::utils::get_num_threads();
     let report = TrainStepReport {
         ratio: torch_ms.map(|t| t / candle_ms),
+        step_gflop,
+        candle_tokens_per_s: tokens / (candle_ms / 1e3),
+        torch_tokens_per_s: torch_ms.map(|t| tokens / (t / 1e3)),
+        candle_gflops: step_gflop / (candle_ms / 1e3),
+        torch_gflops: torch_ms.map(|t| step_gflop / (t / 1e3)),
+        peak_gflops_estimate: cpu_clock_ghz().map(|ghz| candle_threads as f64 * 32.0 * ghz),
         shapes,
         parameters,
         candle_ms,
@@ -257,7 +289,7 @@ pub fn run(json: bool) -> anyhow::Result<()> {
         torch_1thread_ms,
         torch_version,
         torch_threads,
-        candle_threads: candle_core::utils::get_num_threads(),
+        candle_threads,
         torch_error,
     };
     if json {
@@ -266,20 +298,26 @@ pub fn run(json: bool) -> anyhow::Result<()> {
     }
     let s = &report.shapes;
     println!(
-        "TinyAgent training step: batch {}x{} tokens, vocab {}, d_model {}, {} layers, {} heads ({} parameters)",
-        s.batch, s.seq_len, s.vocab, s.d_model, s.n_layers, s.n_heads, report.parameters
+        "TinyAgent training step: batch {}x{} tokens, vocab {}, d_model {}, {} layers, {} heads ({} parameters, {:.2} GFLOP/step)",
+        s.batch, s.seq_len, s.vocab, s.d_model, s.n_layers, s.n_heads, report.parameters, report.step_gflop
     );
     println!(
-        "  candle  {:8.2} ms/step (median of {}, {} threads)",
-        report.candle_ms, s.steps, report.candle_threads
+        "  candle  {:8.2} ms/step (median of {}, {} threads): {:.0} tokens/s, {:.1} GFLOP/s",
+        report.candle_ms,
+        s.steps,
+        report.candle_threads,
+        report.candle_tokens_per_s,
+        report.candle_gflops
     );
     match (&report.torch_ms, &report.torch_error) {
         (Some(t), _) => {
             println!(
-                "  torch   {t:8.2} ms/step (median of {}, {} threads, torch {})",
+                "  torch   {t:8.2} ms/step (median of {}, {} threads, torch {}): {:.0} tokens/s, {:.1} GFLOP/s",
                 s.steps,
                 report.torch_threads.unwrap_or(0),
-                report.torch_version.as_deref().unwrap_or("?")
+                report.torch_version.as_deref().unwrap_or("?"),
+                report.torch_tokens_per_s.unwrap_or(f64::NAN),
+                report.torch_gflops.unwrap_or(f64::NAN)
             );
             if let Some(one) = report.torch_1thread_ms {
                 println!("          (torch at 1 thread: {one:.2} ms/step)");
@@ -288,6 +326,14 @@ pub fn run(json: bool) -> anyhow::Result<()> {
                 "  ratio   {:8.2}x (torch / candle; > 1: candle is faster)",
                 report.ratio.unwrap_or(f64::NAN)
             );
+            if let Some(peak) = report.peak_gflops_estimate {
+                println!(
+                    "          (FP32 peak of {} cores at the reported clock: about {peak:.0} GFLOP/s; candle {:.0}%, torch {:.0}%)",
+                    report.candle_threads,
+                    100.0 * report.candle_gflops / peak,
+                    100.0 * report.torch_gflops.unwrap_or(f64::NAN) / peak
+                );
+            }
         }
         (None, Some(err)) => println!(
             "  torch   unavailable ({err}); set AGENTRL_PYTHON to an interpreter with torch"
@@ -320,11 +366,18 @@ mod tests {
             warmup: 0,
             steps: 2,
         };
+        // One layer of d 8 with an MLP of 16, vocab 11, 4 sequences of 8 tokens, per token:
+        // QKV 8·24, output 8·8, MLP 2·8·16, LM head 8·11, value head 8 multiply-adds; per
+        // sequence, QKᵀ and PV over the 36 visible pairs at width 8.
+        let per_token = 8 * 24 + 8 * 8 + 2 * 8 * 16 + 8 * 11 + 8;
+        let per_sequence = 2 * 8 * 36;
+        let forward_macs = 4 * (8 * per_token + per_sequence);
+        assert_eq!(shapes.step_flops(), (6 * forward_macs) as f64);
         let timing = time_candle(&shapes).unwrap();
         assert!(
             timing.step_ms > 0.0 && timing.loss.is_finite(),
             "{timing:?}"
         );
-        assert!(script_path().exists());
+        assert!(super::super::baseline_script("bench_train_step.py").exists());
     }
 }

@@ -10,7 +10,8 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
-use super::f32_data;
+use super::exp::exp;
+use super::{f32_data, lane_sum};
 
 /// `Σ a[i]·b[i]` with eight independent partial sums, so the compiler can vectorise it without
 /// reassociating floating-point adds.
@@ -116,12 +117,10 @@ impl AttentionShape {
             axpy(p, ql, &kt[l * self.t..l * self.t + i + 1]);
         }
         let max = p.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-        let mut sum = 0f32;
         for pj in p.iter_mut() {
-            *pj = ((*pj - max) * scale).exp();
-            sum += *pj;
+            *pj = exp((*pj - max) * scale);
         }
-        let inv = 1.0 / sum;
+        let inv = 1.0 / lane_sum(p);
         p.iter_mut().for_each(|pj| *pj *= inv);
     }
 

@@ -7,7 +7,8 @@
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor};
 
-use super::{f32_data, for_rows};
+use super::exp::exp;
+use super::{f32_data, for_rows, lane_sum};
 
 struct CausalSoftmax {
     scale: f32,
@@ -31,13 +32,10 @@ impl CustomOp1 for CausalSoftmax {
             let i = r % t; // query position: keys 0..=i are visible
             let xr = &x[r * t..r * t + i + 1];
             let max = xr.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) * scale;
-            let mut sum = 0f32;
             for (o, &v) in row.iter_mut().zip(xr) {
-                let e = (v * scale - max).exp();
-                *o = e;
-                sum += e;
+                *o = exp(v * scale - max);
             }
-            let inv = 1.0 / sum;
+            let inv = 1.0 / lane_sum(&row[..=i]);
             row[..=i].iter_mut().for_each(|o| *o *= inv);
         });
         Ok((CpuStorage::F32(out), layout.shape().clone()))

@@ -14,7 +14,8 @@
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape, Tensor, D};
 use rayon::prelude::*;
 
-use super::{f32_data, for_rows, u32_data};
+use super::exp::exp;
+use super::{f32_data, for_rows, lane_sum, u32_data, with_simd};
 
 struct LogSoftmaxGather;
 
@@ -44,9 +45,21 @@ impl CustomOp2 for LogSoftmaxGather {
             .with_min_len(64)
             .map(|r| {
                 let row = &logits[r * v..(r + 1) * v];
-                let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-                let sum: f32 = row.iter().map(|&x| (x - max).exp()).sum();
-                row[targets[r] as usize] - max - sum.ln()
+                with_simd(|| {
+                    let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                    let mut sum = 0f32;
+                    // In blocks, so the exps vectorise and the buffer stays in L1 at any
+                    // vocabulary.
+                    let mut block = [0f32; 256];
+                    for chunk in row.chunks(block.len()) {
+                        let block = &mut block[..chunk.len()];
+                        for (e, &x) in block.iter_mut().zip(chunk) {
+                            *e = exp(x - max);
+                        }
+                        sum += lane_sum(block);
+                    }
+                    row[targets[r] as usize] - max - sum.ln()
+                })
             })
             .collect();
         Ok((CpuStorage::F32(out), Shape::from(n)))
@@ -90,15 +103,14 @@ impl CustomOp3 for LogSoftmaxGatherBackward {
         for_rows(&mut out, v, |r, row| {
             let g = grad[r];
             let lr = &logits[r * v..(r + 1) * v];
-            let max = lr.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-            let mut sum = 0f32;
-            for (o, &x) in row.iter_mut().zip(lr) {
-                let e = (x - max).exp();
-                *o = e;
-                sum += e;
-            }
-            let k = -g / sum;
-            row.iter_mut().for_each(|o| *o *= k);
+            with_simd(|| {
+                let max = lr.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                for (o, &x) in row.iter_mut().zip(lr) {
+                    *o = exp(x - max);
+                }
+                let k = -g / lane_sum(row);
+                row.iter_mut().for_each(|o| *o *= k);
+            });
             row[targets[r] as usize] += g;
         });
         Ok((CpuStorage::F32(out), l1.shape().clone()))

@@ -8,9 +8,9 @@
 //! layer's slot of the [`super::KvCache`]. Both run the same weights through the same code, so
 //! their log-probs agree to float rounding.
 
-use candle_core::{Tensor, D};
+use candle_core::Tensor;
 
-use super::TinyConfig;
+use super::{KvCache, TinyConfig};
 use crate::fused;
 
 /// `x [N, in] @ w[out, in]^T`, on a 2-D view so candle runs one GEMM for the whole batch.
@@ -44,13 +44,14 @@ pub(super) struct Block {
 }
 
 impl Block {
-    /// One pre-norm block. `mask` is additive `[B or 1, 1, T_new, T_keys]`; `cache` holds this
-    /// layer's keys/values `[B, H, S, Dh]` from earlier calls and is extended with the new ones.
+    /// One pre-norm block. `mask` is additive `[B or 1, 1, T_new, T_keys]`; `cache` (the cache
+    /// and this block's layer index) holds this layer's keys/values `[B, H, S, Dh]` from earlier
+    /// calls and is extended with the new ones.
     pub(super) fn forward(
         &self,
         x: &Tensor,
         mask: AttentionMask,
-        cache: Option<&mut Option<(Tensor, Tensor)>>,
+        cache: Option<(&mut KvCache, usize)>,
         cfg: &TinyConfig,
     ) -> candle_core::Result<Tensor> {
         let (b, t, d) = x.dims3()?;
@@ -69,18 +70,14 @@ impl Block {
         let q = qkv.get(0)?.contiguous()?;
         let mut k = qkv.get(1)?.contiguous()?;
         let mut v = qkv.get(2)?.contiguous()?;
-        if let Some(slot) = cache {
-            if let Some((k_old, v_old)) = slot.as_ref() {
-                k = Tensor::cat(&[k_old, &k], 2)?;
-                v = Tensor::cat(&[v_old, &v], 2)?;
-            }
-            *slot = Some((k.clone(), v.clone()));
+        if let Some((cache, layer)) = cache {
+            (k, v) = cache.append(layer, &k, &v)?;
         }
         let scores = q.matmul(&k.t()?)?;
         let probs = match mask {
             AttentionMask::Causal => fused::causal_softmax(&scores, scale)?,
             AttentionMask::Additive(mask) => {
-                candle_nn::ops::softmax(&(scores * scale)?.broadcast_add(mask)?, D::Minus1)?
+                candle_nn::ops::softmax_last_dim(&(scores * scale)?.broadcast_add(mask)?)?
             }
         };
         let ctx = probs

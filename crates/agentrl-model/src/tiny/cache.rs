@@ -5,8 +5,15 @@
 //! ([`KvCache::new`]), [`super::TinyAgent::forward_step_ragged`] extends it with every fed token,
 //! and the engine drops finished rows with [`KvCache::retain_rows`]. The training forward never
 //! uses it.
+//!
+//! Each layer's keys and values live in candle-nn's preallocated [`candle_nn::kv_cache::KvCache`]
+//! (`model.max_seq` slots, grown by as many again if padding slots outrun it), written in place
+//! a step at a time. Concatenating a fresh cache every step instead copied the whole cache per
+//! token, and the fresh buffers' page faults were half of a rollout's time (`agentrl bench
+//! sampling`, issue 16).
 
 use candle_core::{Device, Tensor};
+use candle_nn::kv_cache::KvCache as LayerKv;
 
 use super::pointer::{PointerRow, SpanScan};
 use super::TinyConfig;
@@ -17,9 +24,12 @@ use super::TinyConfig;
 /// real tokens per call (a ragged batch: e.g. observations of different lengths). Slots a row
 /// did not use are marked invalid and masked out of attention, and each row keeps its own
 /// position counter, so a row's results do not depend on what the other rows did.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct KvCache {
-    pub(super) layers: Vec<Option<(Tensor, Tensor)>>,
+    /// Per layer; `None` until the first token is fed. Keys and values `[B, H, slots, Dh]`.
+    pub(super) layers: Vec<Option<LayerKv>>,
+    /// Slots each layer's buffers start with (`model.max_seq`).
+    capacity: usize,
     /// `slot_valid[row][slot]`: that slot holds a real token of that row.
     pub(super) slot_valid: Vec<Vec<bool>>,
     /// Real tokens fed so far per row (= next position).
@@ -28,11 +38,39 @@ pub struct KvCache {
     pub(super) pointer: Vec<PointerRow>,
 }
 
+/// A new layer cache holding `select(keys)` and `select(values)` of `old`'s filled slots.
+fn copied_layer(
+    old: &LayerKv,
+    capacity: usize,
+    select: impl Fn(&Tensor) -> candle_core::Result<Tensor>,
+) -> candle_core::Result<LayerKv> {
+    let mut layer = LayerKv::new(2, capacity);
+    if let (Some(k), Some(v)) = (old.k()?, old.v()?) {
+        layer.append(&select(&k.contiguous()?)?, &select(&v.contiguous()?)?)?;
+    }
+    Ok(layer)
+}
+
 impl KvCache {
+    /// Appends this layer's new keys and values `[B, H, n, Dh]` and returns all of them
+    /// `[B, H, slots, Dh]`.
+    pub(super) fn append(
+        &mut self,
+        layer: usize,
+        keys: &Tensor,
+        values: &Tensor,
+    ) -> candle_core::Result<(Tensor, Tensor)> {
+        let capacity = self.capacity;
+        self.layers[layer]
+            .get_or_insert_with(|| LayerKv::new(2, capacity))
+            .append(keys, values)
+    }
+
     /// An empty cache for `rows` sequences.
     pub fn new(cfg: &TinyConfig, rows: usize) -> Self {
         Self {
-            layers: vec![None; cfg.n_layers],
+            layers: (0..cfg.n_layers).map(|_| None).collect(),
+            capacity: cfg.max_seq.max(1),
             slot_valid: vec![Vec::new(); rows],
             positions: vec![0; rows],
             pointer: vec![
@@ -70,17 +108,24 @@ impl KvCache {
             self.layers.iter_mut().for_each(|l| *l = None);
         } else {
             let device = match self.layers.iter().flatten().next() {
-                Some((k, _)) => k.device().clone(),
-                None => Device::Cpu,
-            };
+                Some(layer) => layer
+                    .k_cache()
+                    .all_data()
+                    .as_ref()
+                    .map(|k| k.device().clone()),
+                None => None,
+            }
+            .unwrap_or(Device::Cpu);
             let index = Tensor::from_vec(
                 keep.iter().map(|&r| r as u32).collect::<Vec<_>>(),
                 keep.len(),
                 &device,
             )?;
-            for layer in self.layers.iter_mut().flatten() {
-                layer.0 = layer.0.index_select(&index, 0)?;
-                layer.1 = layer.1.index_select(&index, 0)?;
+            let capacity = self.capacity;
+            for layer in self.layers.iter_mut() {
+                if let Some(old) = layer.as_ref() {
+                    *layer = Some(copied_layer(old, capacity, |t| t.index_select(&index, 0))?);
+                }
             }
         }
         self.slot_valid = keep.iter().map(|&r| self.slot_valid[r].clone()).collect();

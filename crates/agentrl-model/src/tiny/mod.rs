@@ -374,11 +374,11 @@ impl TinyAgent {
         let d = self.cfg.d_model;
         let mut x = (self.tok_emb.embedding(&ids)? + self.pos_emb.embedding(&positions)?)?
             .reshape((b, n, d))?;
-        for (block, layer_cache) in self.blocks.iter().zip(cache.layers.iter_mut()) {
+        for (layer, block) in self.blocks.iter().enumerate() {
             x = block.forward(
                 &x,
                 AttentionMask::Additive(&mask),
-                Some(layer_cache),
+                Some((&mut *cache, layer)),
                 &self.cfg,
             )?;
         }
@@ -555,7 +555,13 @@ mod tests {
 
     #[test]
     fn ragged_incremental_forward_matches_full_forward() {
-        for cfg in [small(), small_pointer()] {
+        // At max_seq 10 the 14 slots (real tokens plus padding) outgrow the cache's buffers,
+        // which start at max_seq slots and must grow.
+        let short = TinyConfig {
+            max_seq: 10,
+            ..small()
+        };
+        for cfg in [small(), small_pointer(), short] {
             ragged_incremental_matches_full(cfg);
         }
     }
