@@ -11,7 +11,7 @@
 //! It prints every step's reward and hidden solve rate, then the train and heldout solve
 //! rates before and after. One compute thread and a fixed seed, so the numbers are the same on
 //! every machine; `examples/train_in_code.out` is the recorded output, and
-//! `tests/examples.rs` runs the example and compares them.
+//! `tests/cli/examples.rs` runs the example and compares them.
 
 use agentrl_gym::Split;
 use agentrl_train::config::load_config;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Opens an agentrl dashboard in headless Chromium and takes screenshots, as a person's browser
-# would draw the page (tests/monitor_runs.rs checks the pixels).
+# would draw the page (tests/cli/monitor_runs.rs checks the pixels).
 #
 #   scripts/browser_check.sh PAGE.html OUT_DIR PANEL...   one 480x300 shot per panel, of
 #                                                        PAGE.html#panel-PANEL (the page shows

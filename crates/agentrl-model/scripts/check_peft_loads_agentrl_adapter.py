@@ -2,8 +2,8 @@
 """Checks that PEFT loads the adapter agentrl saved (tests/fixtures/qwen3/lora_agentrl) and
 computes the same log-probs as agentrl did.
 
-The fixture is written by the ignored Rust test `export_agentrl_adapter_fixture`
-(`cargo test -p agentrl-model --test qwen3 -- --ignored export_agentrl_adapter_fixture`); CI's
+The fixture is written by the ignored Rust test `export_agentrl_adapter_fixture` (`cargo test
+--release --workspace --test model -- --ignored qwen3::export_agentrl_adapter_fixture`); CI's
 `saved_adapter_matches_the_peft_checked_fixture` keeps the saver producing exactly these bytes.
 
     /work/pyenv/bin/python crates/agentrl-model/scripts/check_peft_loads_agentrl_adapter.py

@@ -18,7 +18,7 @@
 //! climbs is learning, not collapse.
 //!
 //! Silence on a healthy run is tested as hard as firing on a broken one
-//! (`tests/monitor_runs.rs`: real runs made to fail on purpose, and healthy ones).
+//! (`tests/cli/monitor_runs.rs`: real runs made to fail on purpose, and healthy ones).
 
 use std::collections::BTreeMap;
 
@@ -190,7 +190,7 @@ impl Finding {
     }
 }
 
-/// The doctor's thresholds. Defaults were tuned on the runs of `tests/monitor_runs.rs`
+/// The doctor's thresholds. Defaults were tuned on the runs of `tests/cli/monitor_runs.rs`
 /// (seed 0; seeds 0–11 for entropy collapse) and checked on other seeds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DoctorConfig {
@@ -394,7 +394,7 @@ fn rule(signature: Signature) -> Rule {
 /// step here); judging the fall per window catches a crash that stops at half the baseline,
 /// which a deep-only rule misses.
 ///
-/// Tuned on real runs (the `tests/monitor_runs.rs` setup: 25 steps of 4 tasks × 8) of "high
+/// Tuned on real runs (the `tests/cli/monitor_runs.rs` setup: 25 steps of 4 tasks × 8) of "high
 /// LR, no entropy bonus" (`optim.lr=3e-2 algorithm.entropy_coef=0`) and the default recipe.
 /// The feature is the largest fall of the 5-step median from one window to the next, as a
 /// share of the baseline. Tuning seeds 0–11: collapse 0.34–0.94 (seed 2, crashing to 40% and

@@ -120,7 +120,7 @@
 //! from the first table `clip_cov` / `kl_cov`. GKD needs a teacher: distillation (issue 15).
 //!
 //! ## Remaining differences from verl 0.9.1 (everything else matches its own functions at f32
-//! tolerance, see `tests/verl_fixtures.rs`)
+//! tolerance, see `tests/rl/verl_fixtures.rs`)
 //!
 //! - **Two of this crate's serde names differ from verl's.** [`PolicyLoss`]'s own `vanilla`
 //!   is the unclipped importance-weighted PG and its `gspo` the sequence-level form; verl's
@@ -128,7 +128,7 @@
 //!   GSPO-token ([`PolicyLoss::GspoToken`]). The trainer's config takes verl's names with
 //!   verl's meaning (`policy_loss = "vanilla"` is PPO clip); the crate's two are there
 //!   `vanilla_pg` and `gspo_sequence`. Both pairs are compared with verl in
-//!   `tests/verl_fixtures.rs`.
+//!   `tests/rl/verl_fixtures.rs`.
 //! - **Dual clip is opt-in in the trainer.** verl's `vanilla` always dual-clips at
 //!   `clip_ratio_c` (default 3); the trainer's presets leave `dual_clip_c` unset (off), so a
 //!   negative-advantage token whose ratio exceeds 3 is bounded by the PPO clip alone. Set

@@ -11,7 +11,7 @@
 //! Runs use `train.threads = 1`, so the same seeds give the same numbers on any machine
 //! (the project's determinism rule: same seed and thread count, same run), and
 //! `experiments/<name>.md` holds each experiment's recorded output, which
-//! `tests/experiment_cli.rs` compares (verdict and rounded numbers) for the fast ones.
+//! `tests/cli/experiment_cli.rs` compares (verdict and rounded numbers) for the fast ones.
 
 mod algorithms;
 mod credit_assignment;

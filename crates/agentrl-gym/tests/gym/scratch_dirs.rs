@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 use agentrl_gym::sandbox::{scratch_dir, Executor, Job, Limits, PoolExecutor};
 
 const HELPER_ENV: &str = "AGENTRL_SCRATCH_HELPER";
+/// The helper's name as libtest knows it in the `gym` test target (module path, crate name
+/// dropped), for `--exact`.
+const HELPER_TEST: &str = "scratch_dirs::helper_process";
 
 /// Not a test of its own: the body of the child processes the tests below start.
 #[test]
@@ -61,12 +64,7 @@ fn helper_process() {
 /// `READY `.
 fn start_helper(mode: &str, tmpdir: &Path) -> (Child, String) {
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "helper_process",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["--exact", HELPER_TEST, "--nocapture", "--test-threads=1"])
         .env(HELPER_ENV, mode)
         .env("TMPDIR", tmpdir)
         .stdin(Stdio::piped())
@@ -78,7 +76,7 @@ fn start_helper(mode: &str, tmpdir: &Path) -> (Child, String) {
     let line = lines
         .by_ref()
         .map_while(Result::ok)
-        // libtest may print its "test helper_process ... " before ours on the same line.
+        // libtest may print its "test scratch_dirs::helper_process ... " first, on our line.
         .find_map(|l| l.split_once("READY ").map(|(_, rest)| rest.to_string()))
         .expect("the helper printed READY");
     // Keep reading, so that the helper's last lines do not meet a closed pipe.

@@ -3,12 +3,11 @@
 //! straight-through variants carry k2's gradient, verl's k1 rejection orientation, and the
 //! bad-input errors name the argument.
 
-mod common;
-
 use agentrl_rl::*;
 use candle_core::{Device, Tensor, Var};
-use common::*;
 use proptest::prelude::*;
+
+use crate::common::*;
 
 type Rows = Vec<Vec<f32>>;
 

@@ -21,8 +21,7 @@ use std::sync::OnceLock;
 
 use agentrl_run::metrics::read_metrics;
 
-#[path = "../crates/agentrl-run/tests/support/tfrecord_reader.rs"]
-mod tfrecord_reader;
+use crate::tfrecord_reader;
 
 /// The seed of every run that does not name its own.
 const SEED: u64 = 1;

@@ -1,12 +1,11 @@
 //! Property tests (proptest), finite-difference gradient checks and bad-input checks for the
 //! RL math core.
 
-mod common;
-
 use agentrl_rl::*;
 use candle_core::{Device, Tensor, Var};
-use common::*;
 use proptest::prelude::*;
+
+use crate::common::*;
 
 fn tensor(rows: &[Vec<f32>]) -> Tensor {
     Tensor::from_vec(rows.concat(), (rows.len(), rows[0].len()), &Device::Cpu).unwrap()

@@ -1,14 +1,12 @@
 //! Reads the TensorBoard event files a run writes with an independent reader
-//! (`support/tfrecord_reader.rs`, written from the format documentation, sharing no code with
-//! the writer).
+//! (`tests/support/tfrecord_reader.rs`, written from the format documentation, sharing no code
+//! with the writer).
 
 use std::collections::BTreeMap;
 
 use agentrl_run::{MetricLine, RunDir};
 
-#[path = "support/tfrecord_reader.rs"]
-mod reader;
-use reader::{crc32c_bitwise, read_events};
+use crate::tfrecord_reader::{crc32c_bitwise, read_events};
 
 #[test]
 fn the_independent_crc_matches_the_documented_vector() {

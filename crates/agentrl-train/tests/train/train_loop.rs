@@ -9,7 +9,7 @@ use agentrl_train::config::{load_config, Config};
 use agentrl_train::recipes::rl::{StepRecord, Trainer};
 use agentrl_train::session::{run_session, Progress, SessionOptions};
 
-mod common;
+use crate::common;
 
 /// Copies `per_split` built-in tasks of each split into `dir` (a small task set).
 fn small_task_dir(dir: &Path, per_split: usize) -> anyhow::Result<()> {

@@ -416,7 +416,7 @@ fn export_agentrl_adapter_fixture() {
         inputs.push(serde_json::json!({"kind": input.kind, "ids": input.ids, "logprobs": lp}));
     }
     let generated_by = serde_json::json!({
-        "script": "crates/agentrl-model/tests/qwen3.rs (export_agentrl_adapter_fixture)",
+        "script": "crates/agentrl-model/tests/model/qwen3.rs (export_agentrl_adapter_fixture)",
         "agentrl-model": env!("CARGO_PKG_VERSION"),
     });
     let text =

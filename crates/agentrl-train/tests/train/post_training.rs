@@ -12,7 +12,7 @@ use agentrl_train::recipes::rft::run_rft_session;
 use agentrl_train::recipes::rl::Trainer;
 use agentrl_train::session::{Progress, SessionOptions};
 
-mod common;
+use crate::common;
 
 fn config(root: &Path, tasks: &Path, name: &str, extra: &[String]) -> anyhow::Result<Config> {
     let mut sets: Vec<String> = vec![

@@ -41,7 +41,7 @@ fn every_example_prints_its_recorded_output() {
         assert!(
             binary.is_file(),
             "{} is missing: `cargo test --release --workspace` builds the examples (with `--test \
-             examples` alone, first `cargo build --release --examples`)",
+             cli` alone, first `cargo build --release --examples`)",
             binary.display()
         );
         let output = Command::new(&binary)

@@ -1,10 +1,9 @@
 //! Compares every quantity of the RL math core with the PyTorch reference fixtures written by
 //! `scripts/make_fixtures.py` (values and gradients, f32 tolerance ≤ 1e-5 relative).
 
-mod common;
-
 use agentrl_rl::*;
-use common::*;
+
+use crate::common::*;
 
 #[test]
 fn policy_losses_match_reference_values_gradients_and_diagnostics() {

@@ -2,13 +2,12 @@
 //! `scripts/make_verl_fixtures.py` from verl 0.9.1; each fixture records its verl, torch and
 //! Python versions): values, gradients and verl-named metrics at ≤ 1e-5 relative in f32.
 
-mod common;
-
 use std::collections::BTreeMap;
 
 use agentrl_rl::*;
-use common::*;
 use serde_json::Value;
+
+use crate::common::*;
 
 fn verl_fixture(name: &str) -> Value {
     let fx = fixture(name);

@@ -1,5 +1,4 @@
 //! Shared test helpers: fixture loading, tensor construction and tolerant comparison.
-#![allow(dead_code)]
 
 use candle_core::{Device, Tensor, Var};
 use serde_json::Value;

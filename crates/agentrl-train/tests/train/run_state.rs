@@ -10,8 +10,7 @@ use agentrl_train::recipes::rl::Trainer;
 use agentrl_train::session::{run_session, Progress, SessionOptions};
 use candle_core::Tensor;
 
-mod common;
-use common::task_dir;
+use crate::common::task_dir;
 
 /// A tiny two-step config on the tasks in `tasks`, its run at `root/runs/name`.
 fn tiny(root: &Path, tasks: &Path, name: &str, extra: &[&str]) -> anyhow::Result<Config> {

@@ -1,0 +1,15 @@
+//! `agentrl-train`'s integration tests, one test target (`train`): sessions on a few real
+//! BugFix tasks (the update end of the data flow: batch → loss → update → run directory). Run
+//! one module with `cargo test --release --workspace --test train -- train_loop::`.
+//!
+//! Two files stay test targets of their own, as they rest on process-wide state:
+//! `tests/plan_memory.rs` installs a counting `#[global_allocator]`, and `tests/qwen3_loop.rs`
+//! trains on `train.threads=2` while every module here uses 1 (a process computes on one
+//! thread count: `agentrl_train::threads::apply`).
+
+#[path = "../common/mod.rs"]
+mod common;
+mod post_training;
+mod run_state;
+mod sft;
+mod train_loop;
