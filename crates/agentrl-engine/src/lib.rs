@@ -31,6 +31,7 @@ pub mod qwen3;
 pub mod remote;
 pub mod sampling;
 pub mod serve;
+pub mod threads;
 
 pub use local::{Decoder, LocalEngine};
 pub use noise::NoisyLogprobs;
@@ -39,6 +40,7 @@ pub use remote::{Protocol, RemoteConfig, RemoteEngine};
 pub use sampling::{
     kept_tokens, sample_token, sample_token_as, scaled_log_softmax, SamplingParams,
 };
+pub use threads::OnThreads;
 
 /// One row of a generate call.
 #[derive(Debug, Clone, PartialEq, Eq)]

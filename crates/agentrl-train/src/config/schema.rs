@@ -143,6 +143,11 @@ pub struct EngineConfig {
     pub retries: usize,
     /// Requests in flight per endpoint.
     pub max_in_flight: usize,
+    /// Compute threads of the local engine's decoding; 0 = `train.threads`. Small models
+    /// decode faster on fewer threads than they train on (`agentrl_engine::threads`).
+    /// Defaults to 0 when absent, so run folders from before the knob resume unchanged.
+    #[serde(default)]
+    pub threads: usize,
 }
 
 /// `[algorithm]`: a preset name and its knobs, with the user's overrides merged on the

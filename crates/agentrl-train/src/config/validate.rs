@@ -261,6 +261,15 @@ impl Config {
         }
     }
 
+    /// The local engine's decoding threads (`engine.threads`, 0 = [`Self::threads`]).
+    pub fn engine_threads(&self) -> usize {
+        if self.engine.threads > 0 {
+            self.engine.threads
+        } else {
+            self.threads()
+        }
+    }
+
     /// The config as TOML, every knob written out (what the run directory stores and
     /// `--print-config` prints).
     pub fn to_toml(&self) -> anyhow::Result<String> {

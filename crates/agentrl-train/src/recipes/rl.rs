@@ -16,8 +16,8 @@ use agentrl_chat::tiny::grammar::bias_table;
 use agentrl_chat::tiny::{TinyCodec, MAX_CANDIDATES, TOOL_NAMES};
 use agentrl_chat::ChatCodec;
 use agentrl_engine::{
-    Engine, LogprobKind, NoisyLogprobs, Protocol, RemoteConfig, RemoteEngine, SamplingParams,
-    WeightSync,
+    Engine, LogprobKind, NoisyLogprobs, OnThreads, Protocol, RemoteConfig, RemoteEngine,
+    SamplingParams, WeightSync,
 };
 use agentrl_gym::sandbox::Executor;
 use agentrl_gym::{Action, BugFixEnv, EnvConfig, OutcomeCache, Split, TaskSet, ToolCall};
@@ -1192,13 +1192,21 @@ impl<'a> Sampler<'a> {
     /// noise.
     fn engine(&self) -> anyhow::Result<Box<dyn Engine + Send + 'a>> {
         let kind = self.config.engine.logprobs;
+        let local_engine_threads = self.config.engine_threads();
+        let on_threads = |engine: Box<dyn Engine + Send + 'a>| -> anyhow::Result<_> {
+            Ok(if local_engine_threads == self.config.threads() {
+                engine
+            } else {
+                Box::new(OnThreads::new(engine, local_engine_threads)?)
+            })
+        };
         let mut engine: Box<dyn Engine + Send + 'a> = match self.weights {
             EngineWeights::Remote(remote) => Box::new(remote),
-            EngineWeights::Copy(copy) => copy.replica.engine(kind, copy.version)?,
+            EngineWeights::Copy(copy) => on_threads(copy.replica.engine(kind, copy.version)?)?,
             EngineWeights::Trainer { policy, version } => {
                 let mut engine = policy.local_engine(kind);
                 engine.sync_weights(&WeightSync::Shared { version })?;
-                engine
+                on_threads(engine)?
             }
         };
         if self.config.engine.logprob_noise > 0.0 {

@@ -1,0 +1,136 @@
+//! An [`Engine`] wrapper that decodes on a thread count of its own: every `generate` runs
+//! inside a rayon pool of `threads` threads, so candle's matmuls and the fused kernels
+//! (which parallelise over the current rayon pool) split their work that many ways.
+//!
+//! Where it sits: between the trainer and its local engine (`engine.threads`). A decoding step
+//! of a small model is a batch of tiny matmuls (TinyAgent's `[64, 64] × [64, 192]`), where
+//! splitting across cores costs more in hand-offs than it gains: on 2 cores the default run's
+//! rollouts ran faster on one thread, while its update is faster on two (`agentrl bench
+//! sampling` and `bench train-step`, issue 16). A one-thread engine also leaves the other
+//! core to the sandbox's test runs in the same turn.
+//!
+//! The pools are built once per thread count and shared (a pool's threads live as long as
+//! the process), since the trainer asks for an engine every step.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::{Completion, Engine, GenerateParams, GenerateRequest, WeightSync};
+
+/// `inner`, with every `generate` on a rayon pool of its own thread count.
+pub struct OnThreads<E> {
+    inner: E,
+    pool: Arc<rayon::ThreadPool>,
+}
+
+/// The shared pool of `threads` threads.
+fn pool_of(threads: usize) -> anyhow::Result<Arc<rayon::ThreadPool>> {
+    static POOLS: OnceLock<Mutex<BTreeMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
+    let mut pools = POOLS
+        .get_or_init(Default::default)
+        .lock()
+        .map_err(|_| anyhow::anyhow!("engine.threads: the pool registry was poisoned"))?;
+    if let Some(pool) = pools.get(&threads) {
+        return Ok(pool.clone());
+    }
+    let pool = Arc::new(
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("agentrl-engine-{i}"))
+            .build()
+            .map_err(|e| anyhow::anyhow!("engine.threads = {threads}: {e}"))?,
+    );
+    pools.insert(threads, pool.clone());
+    Ok(pool)
+}
+
+impl<E: Engine + Send> OnThreads<E> {
+    /// Errors when `threads` is 0 or the pool cannot be built.
+    pub fn new(inner: E, threads: usize) -> anyhow::Result<Self> {
+        anyhow::ensure!(threads > 0, "engine.threads must be > 0 here");
+        Ok(Self {
+            inner,
+            pool: pool_of(threads)?,
+        })
+    }
+}
+
+impl<E: Engine + Send> Engine for OnThreads<E> {
+    fn generate(
+        &mut self,
+        requests: &[GenerateRequest],
+        params: &GenerateParams,
+    ) -> anyhow::Result<Vec<Completion>> {
+        let inner = &mut self.inner;
+        self.pool.install(|| inner.generate(requests, params))
+    }
+
+    fn max_seq(&self) -> usize {
+        self.inner.max_seq()
+    }
+
+    fn sync_weights(&mut self, sync: &WeightSync) -> anyhow::Result<()> {
+        self.inner.sync_weights(sync)
+    }
+
+    fn weight_version(&self) -> u64 {
+        self.inner.weight_version()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{FinishReason, LogprobKind, SamplingParams};
+
+    /// Reports, as its one token, how many threads the pool it runs in has.
+    struct CountsThreads;
+
+    impl Engine for CountsThreads {
+        fn generate(
+            &mut self,
+            requests: &[GenerateRequest],
+            _: &GenerateParams,
+        ) -> anyhow::Result<Vec<Completion>> {
+            Ok(requests
+                .iter()
+                .map(|_| Completion {
+                    tokens: vec![rayon::current_num_threads() as u32],
+                    logprobs: vec![0.0],
+                    finish: FinishReason::Length,
+                    logprob_kind: LogprobKind::TemperatureScaled,
+                    weight_version: 0,
+                })
+                .collect())
+        }
+        fn max_seq(&self) -> usize {
+            8
+        }
+        fn sync_weights(&mut self, _: &WeightSync) -> anyhow::Result<()> {
+            Ok(())
+        }
+        fn weight_version(&self) -> u64 {
+            0
+        }
+    }
+
+    #[test]
+    fn generate_runs_on_a_pool_of_the_asked_thread_count() {
+        let params = GenerateParams {
+            sampling: SamplingParams::default(),
+            max_tokens: 1,
+            stop: vec![],
+        };
+        let request = GenerateRequest {
+            prompt: vec![0],
+            seed: 0,
+            session: None,
+        };
+        for threads in [1, 3] {
+            let mut engine = OnThreads::new(CountsThreads, threads).unwrap();
+            let out = engine.generate(&[request.clone()], &params).unwrap();
+            assert_eq!(out[0].tokens, vec![threads as u32]);
+        }
+        assert!(OnThreads::new(CountsThreads, 0).is_err());
+    }
+}
