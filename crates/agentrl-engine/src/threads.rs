@@ -128,7 +128,9 @@ mod tests {
         };
         for threads in [1, 3] {
             let mut engine = OnThreads::new(CountsThreads, threads).unwrap();
-            let out = engine.generate(&[request.clone()], &params).unwrap();
+            let out = engine
+                .generate(std::slice::from_ref(&request), &params)
+                .unwrap();
             assert_eq!(out[0].tokens, vec![threads as u32]);
         }
         assert!(OnThreads::new(CountsThreads, 0).is_err());

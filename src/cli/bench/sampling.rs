@@ -8,7 +8,9 @@
 //! temperature-1 sampling and no stop token, so every row decodes the same number of tokens on
 //! both sides. The figure is generated tokens per second of the whole call, prefill included.
 //! The model is the default TinyAgent (the train-step bench's shapes) with random weights,
-//! unconstrained (the action grammar's bias is TinyAgent-specific, and PyTorch has none).
+//! unconstrained (the action grammar's bias is TinyAgent-specific, and PyTorch has none). The
+//! engine decodes on the default run's `engine.threads` (one thread: see
+//! `agentrl_engine::threads`); PyTorch is timed at 2 threads and at 1.
 
 use std::time::Instant;
 
@@ -17,7 +19,9 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use agentrl_engine::{Engine, GenerateParams, GenerateRequest, LocalEngine, SamplingParams};
+use agentrl_engine::{
+    Engine, GenerateParams, GenerateRequest, LocalEngine, OnThreads, SamplingParams,
+};
 use agentrl_model::TinyAgent;
 
 use super::train_step::TrainStepShapes;
@@ -34,7 +38,10 @@ pub struct SamplingShapes {
     pub n_heads: usize,
     pub mlp_ratio: usize,
     pub max_seq: usize,
+    /// PyTorch's threads.
     pub threads: usize,
+    /// The local engine's decoding threads (the default run's `engine.threads`, resolved).
+    pub engine_threads: usize,
     pub warmup: usize,
     pub calls: usize,
 }
@@ -56,6 +63,7 @@ impl SamplingShapes {
             mlp_ratio: model.mlp_ratio,
             max_seq: model.max_seq,
             threads: 2,
+            engine_threads: config.engine_threads(),
             warmup: 2,
             calls: 9,
         })
@@ -95,7 +103,7 @@ pub fn time_local_engine(shapes: &SamplingShapes) -> anyhow::Result<f64> {
         max_tokens: shapes.new_tokens,
         stop: Vec::new(),
     };
-    let mut engine = LocalEngine::new(&model);
+    let mut engine = OnThreads::new(LocalEngine::new(&model), shapes.engine_threads)?;
     let mut times = Vec::new();
     for call in 0..shapes.warmup + shapes.calls {
         let start = Instant::now();
@@ -165,7 +173,7 @@ pub fn run(json: bool) -> anyhow::Result<()> {
     let report = SamplingReport {
         candle_ms,
         candle_tokens_per_s: per_s(candle_ms),
-        candle_threads: candle_core::utils::get_num_threads(),
+        candle_threads: shapes.engine_threads,
         torch_ms,
         torch_tokens_per_s: torch_ms.map(per_s),
         torch_1thread_ms,
@@ -230,6 +238,7 @@ mod tests {
             mlp_ratio: 2,
             max_seq: 16,
             threads: 1,
+            engine_threads: 1,
             warmup: 0,
             calls: 1,
         };
