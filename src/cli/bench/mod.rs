@@ -18,13 +18,47 @@ fn baseline_script(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// What a PyTorch baseline script prints: one JSON object on its last stdout line.
+#[derive(Debug, serde::Deserialize)]
+struct BaselineTiming {
+    torch_ms: f64,
+    torch_1thread_ms: f64,
+    torch_version: String,
+    threads: usize,
+}
+
+/// The PyTorch side of a bench report (flattened into its JSON), or why it is missing.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct TorchSide {
+    /// Median ms at the script's reference thread count (`torch_threads`).
+    pub torch_ms: Option<f64>,
+    /// Median ms at 1 thread, for context on a busy machine.
+    pub torch_1thread_ms: Option<f64>,
+    pub torch_version: Option<String>,
+    pub torch_threads: Option<usize>,
+    /// Why the PyTorch side is missing (no interpreter, no torch, a failing script).
+    pub torch_error: Option<String>,
+}
+
 /// Runs `scripts/<name>` with `$AGENTRL_PYTHON` (or `python3`) on `args` as one JSON argument
-/// and parses the JSON object on its last stdout line; `Err` says why it could not (no
-/// interpreter, no torch, a failing script).
-fn run_baseline_script<T: serde::de::DeserializeOwned>(
-    name: &str,
-    args: &impl serde::Serialize,
-) -> anyhow::Result<T> {
+/// and reads its timing from the JSON object on its last stdout line.
+fn time_baseline(name: &str, args: &impl serde::Serialize) -> TorchSide {
+    match run_baseline_script(name, args) {
+        Ok(t) => TorchSide {
+            torch_ms: Some(t.torch_ms),
+            torch_1thread_ms: Some(t.torch_1thread_ms),
+            torch_version: Some(t.torch_version),
+            torch_threads: Some(t.threads),
+            torch_error: None,
+        },
+        Err(err) => TorchSide {
+            torch_error: Some(format!("{err:#}")),
+            ..TorchSide::default()
+        },
+    }
+}
+
+fn run_baseline_script(name: &str, args: &impl serde::Serialize) -> anyhow::Result<BaselineTiming> {
     let python = std::env::var("AGENTRL_PYTHON").unwrap_or_else(|_| "python3".to_string());
     let script = baseline_script(name);
     let output = Command::new(&python)
@@ -41,6 +75,12 @@ fn run_baseline_script<T: serde::de::DeserializeOwned>(
     );
     let last = stdout.lines().last().unwrap_or_default();
     serde_json::from_str(last).with_context(|| format!("parsing the PyTorch report {last:?}"))
+}
+
+/// The median of `times` (sorted in place); NaN when empty.
+fn median(times: &mut [f64]) -> f64 {
+    times.sort_by(f64::total_cmp);
+    times.get(times.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 #[derive(Debug, Args)]

@@ -25,6 +25,7 @@ use agentrl_engine::{
 use agentrl_model::TinyAgent;
 
 use super::train_step::TrainStepShapes;
+use super::TorchSide;
 
 /// Shapes of the benchmark, passed verbatim to the PyTorch script.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -120,17 +121,7 @@ pub fn time_local_engine(shapes: &SamplingShapes) -> anyhow::Result<f64> {
             times.push(elapsed);
         }
     }
-    times.sort_by(f64::total_cmp);
-    Ok(times[times.len() / 2])
-}
-
-/// What the PyTorch script prints.
-#[derive(Debug, Deserialize)]
-struct TorchReport {
-    torch_ms: f64,
-    torch_1thread_ms: f64,
-    torch_version: String,
-    threads: usize,
+    Ok(super::median(&mut times))
 }
 
 /// The JSON `bench sampling --json` prints.
@@ -141,46 +132,29 @@ pub struct SamplingReport {
     /// Generated tokens per second (`rows × new_tokens` per call).
     pub candle_tokens_per_s: f64,
     pub candle_threads: usize,
-    pub torch_ms: Option<f64>,
+    /// PyTorch at 2 threads (the reference figure) and at 1.
+    #[serde(flatten)]
+    pub torch: TorchSide,
     pub torch_tokens_per_s: Option<f64>,
-    /// PyTorch at 1 thread, for context on a busy machine.
-    pub torch_1thread_ms: Option<f64>,
     /// candle's tokens/s over PyTorch's (> 1: candle is faster).
     pub ratio: Option<f64>,
-    pub torch_version: Option<String>,
-    pub torch_threads: Option<usize>,
-    /// Why the PyTorch side is missing, if it is.
-    pub torch_error: Option<String>,
 }
 
 /// Runs both sides and prints the report.
 pub fn run(json: bool) -> anyhow::Result<()> {
     let shapes = SamplingShapes::default_run()?;
     let candle_ms = time_local_engine(&shapes)?;
-    let torch = super::run_baseline_script::<TorchReport>("bench_sampling.py", &shapes);
+    let torch = super::time_baseline("bench_sampling.py", &shapes);
+    let torch_ms = torch.torch_ms;
     let generated = (shapes.rows * shapes.new_tokens) as f64;
     let per_s = |ms: f64| generated / (ms / 1e3);
-    let (torch_ms, torch_1thread_ms, torch_version, torch_threads, torch_error) = match torch {
-        Ok(r) => (
-            Some(r.torch_ms),
-            Some(r.torch_1thread_ms),
-            Some(r.torch_version),
-            Some(r.threads),
-            None,
-        ),
-        Err(err) => (None, None, None, None, Some(format!("{err:#}"))),
-    };
     let report = SamplingReport {
         candle_ms,
         candle_tokens_per_s: per_s(candle_ms),
         candle_threads: shapes.engine_threads,
-        torch_ms,
+        torch,
         torch_tokens_per_s: torch_ms.map(per_s),
-        torch_1thread_ms,
         ratio: torch_ms.map(|t| t / candle_ms),
-        torch_version,
-        torch_threads,
-        torch_error,
         shapes,
     };
     if json {
@@ -196,16 +170,16 @@ pub fn run(json: bool) -> anyhow::Result<()> {
         "  local engine {:8.2} ms/call (median of {}, {} threads): {:.0} tokens/s",
         report.candle_ms, s.calls, report.candle_threads, report.candle_tokens_per_s
     );
-    match (&report.torch_ms, &report.torch_error) {
+    match (&report.torch.torch_ms, &report.torch.torch_error) {
         (Some(t), _) => {
             println!(
                 "  torch loop   {t:8.2} ms/call (median of {}, {} threads, torch {}): {:.0} tokens/s",
                 s.calls,
-                report.torch_threads.unwrap_or(0),
-                report.torch_version.as_deref().unwrap_or("?"),
+                report.torch.torch_threads.unwrap_or(0),
+                report.torch.torch_version.as_deref().unwrap_or("?"),
                 report.torch_tokens_per_s.unwrap_or(f64::NAN)
             );
-            if let Some(one) = report.torch_1thread_ms {
+            if let Some(one) = report.torch.torch_1thread_ms {
                 println!("               (torch at 1 thread: {one:.2} ms/call)");
             }
             println!(

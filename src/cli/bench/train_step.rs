@@ -30,6 +30,8 @@ use agentrl_train::algo::Algorithm;
 use agentrl_train::optim::{AdamW, AdamWParams};
 use agentrl_train::update::{update, UpdateSetup};
 
+use super::TorchSide;
+
 /// Shapes and knobs of the benchmark, passed verbatim to the PyTorch script.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainStepShapes {
@@ -182,7 +184,7 @@ pub fn time_candle(shapes: &TrainStepShapes) -> anyhow::Result<CandleTiming> {
         }
     }
     Ok(CandleTiming {
-        step_ms: median(&mut times),
+        step_ms: super::median(&mut times),
         loss: losses.iter().sum::<f64>() / losses.len().max(1) as f64,
     })
 }
@@ -202,25 +204,6 @@ fn cpu_clock_ghz() -> Option<f64> {
         .map(|mhz: f64| mhz / 1e3)
 }
 
-fn median(times: &mut [f64]) -> f64 {
-    times.sort_by(f64::total_cmp);
-    times.get(times.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
-/// What the PyTorch script prints (one JSON object on its last stdout line).
-#[derive(Debug, Deserialize)]
-struct TorchReport {
-    torch_ms: f64,
-    torch_1thread_ms: f64,
-    torch_version: String,
-    threads: usize,
-}
-
-/// Runs the PyTorch side; `Err` says why it could not (no interpreter, no torch, ...).
-fn time_torch(shapes: &TrainStepShapes) -> anyhow::Result<TorchReport> {
-    super::run_baseline_script("bench_train_step.py", shapes)
-}
-
 /// The JSON `bench train-step --json` prints.
 #[derive(Debug, Serialize)]
 pub struct TrainStepReport {
@@ -228,10 +211,9 @@ pub struct TrainStepReport {
     pub parameters: usize,
     pub candle_ms: f64,
     pub candle_step: CandleTiming,
-    /// PyTorch at 2 threads (the reference figure).
-    pub torch_ms: Option<f64>,
-    /// PyTorch at 1 thread, for context on a busy machine.
-    pub torch_1thread_ms: Option<f64>,
+    /// PyTorch at 2 threads (the reference figure) and at 1.
+    #[serde(flatten)]
+    pub torch: TorchSide,
     /// torch_ms / candle_ms (> 1: candle is faster).
     pub ratio: Option<f64>,
     /// [`TrainStepShapes::step_flops`], in GFLOP.
@@ -246,11 +228,7 @@ pub struct TrainStepReport {
     /// 32 FLOPs per cycle (two 8-lane fused multiply-add units, AVX2) × the clock
     /// `/proc/cpuinfo` reports. A ceiling for context, not a measured figure.
     pub peak_gflops_estimate: Option<f64>,
-    pub torch_version: Option<String>,
-    pub torch_threads: Option<usize>,
     pub candle_threads: usize,
-    /// Why the PyTorch side is missing, if it is.
-    pub torch_error: Option<String>,
 }
 
 /// Runs both sides and prints the report.
@@ -259,17 +237,8 @@ pub fn run(json: bool) -> anyhow::Result<()> {
     let parameters = TinyAgent::new(shapes.model_config(), 0, &Device::Cpu)?.num_parameters();
     let candle = time_candle(&shapes)?;
     let candle_ms = candle.step_ms;
-    let torch = time_torch(&shapes);
-    let (torch_ms, torch_1thread_ms, torch_version, torch_threads, torch_error) = match torch {
-        Ok(r) => (
-            Some(r.torch_ms),
-            Some(r.torch_1thread_ms),
-            Some(r.torch_version),
-            Some(r.threads),
-            None,
-        ),
-        Err(err) => (None, None, None, None, Some(format!("{err:#}"))),
-    };
+    let torch = super::time_baseline("bench_train_step.py", &shapes);
+    let torch_ms = torch.torch_ms;
     let step_gflop = shapes.step_flops() / 1e9;
     let tokens = (shapes.batch * shapes.seq_len) as f64;
     let candle_threads = candle_core::utils::get_num_threads();
@@ -285,12 +254,8 @@ pub fn run(json: bool) -> anyhow::Result<()> {
         parameters,
         candle_ms,
         candle_step: candle,
-        torch_ms,
-        torch_1thread_ms,
-        torch_version,
-        torch_threads,
+        torch,
         candle_threads,
-        torch_error,
     };
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -309,17 +274,17 @@ pub fn run(json: bool) -> anyhow::Result<()> {
         report.candle_tokens_per_s,
         report.candle_gflops
     );
-    match (&report.torch_ms, &report.torch_error) {
+    match (&report.torch.torch_ms, &report.torch.torch_error) {
         (Some(t), _) => {
             println!(
                 "  torch   {t:8.2} ms/step (median of {}, {} threads, torch {}): {:.0} tokens/s, {:.1} GFLOP/s",
                 s.steps,
-                report.torch_threads.unwrap_or(0),
-                report.torch_version.as_deref().unwrap_or("?"),
+                report.torch.torch_threads.unwrap_or(0),
+                report.torch.torch_version.as_deref().unwrap_or("?"),
                 report.torch_tokens_per_s.unwrap_or(f64::NAN),
                 report.torch_gflops.unwrap_or(f64::NAN)
             );
-            if let Some(one) = report.torch_1thread_ms {
+            if let Some(one) = report.torch.torch_1thread_ms {
                 println!("          (torch at 1 thread: {one:.2} ms/step)");
             }
             println!(
