@@ -1,17 +1,21 @@
-//! `agentrl bench gym`: sandboxed test executions per second, a fresh `python3` per run
-//! (baseline) against the warm fork-server pool, on the same representative job and with the
-//! same parallelism (one thread per pool worker), so the ratio is the pool's gain alone.
-//!
-//! The job is what the `test` tool does in an episode: a small module plus a `unittest` file
-//! in a workspace, run by a harness that reports results on fd 3.
+//! `agentrl bench gym`: what the sandbox costs, measured side by side in one run, with the same
+//! parallelism (one thread per pool worker) on both sides of each ratio:
+//! - **verdicts**: a built-in task's reference fix verified again and again (no cache), the
+//!   real verdict path (the warm job tree on the pool: one job per verdict), against the
+//!   baseline of one fresh `python3` per hidden case; reported as case executions/s,
+//!   verdicts/s, jobs per verdict and CPU ms per case;
+//! - **test runs**: what the `test` tool does in an episode (a small module plus a `unittest`
+//!   file, run by a harness that reports on fd 3), a fresh `python3` per run against the pool.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use serde::Serialize;
 
 use crate::sandbox::{Executor, FreshExecutor, Job, Limits, PoolExecutor, Termination};
+use crate::task::{Split, Task, TaskSet};
 
 /// How long each executor is measured.
 const MEASURE_FOR: Duration = Duration::from_millis(1500);
@@ -79,8 +83,32 @@ fn cpu_seconds() -> f64 {
     total
 }
 
+/// The verdict half of the report.
+#[derive(Debug, Serialize)]
+struct VerdictBench {
+    task: String,
+    cases_per_verdict: usize,
+    /// The verdict tree on the warm pool (what an episode's `submit` runs).
+    pool_case_execs_per_s: f64,
+    pool_verdicts_per_s: f64,
+    pool_jobs_per_verdict: f64,
+    pool_cpu_ms_per_case: f64,
+    /// What the CPU cost allows on `threads` otherwise idle cores.
+    pool_case_execs_per_s_if_cores_idle: f64,
+    /// One fresh `python3` per hidden case.
+    baseline_case_execs_per_s: f64,
+    baseline_verdicts_per_s: f64,
+    baseline_jobs_per_verdict: f64,
+    baseline_cpu_ms_per_case: f64,
+    /// pool case executions/s over the baseline's.
+    case_ratio: f64,
+    pool_verdicts: u64,
+    baseline_verdicts: u64,
+}
+
 #[derive(Debug, Serialize)]
 struct BenchReport {
+    verdicts: VerdictBench,
     baseline_execs_per_s: f64,
     pool_execs_per_s: f64,
     ratio: f64,
@@ -99,39 +127,24 @@ struct BenchReport {
     job: &'static str,
 }
 
-/// Runs the job on `executor` from `threads` threads for [`MEASURE_FOR`]; returns jobs/s and
-/// the job count. Every job's result is checked, so a broken sandbox cannot look fast.
-fn measure(
-    executor: &dyn Executor,
-    workspaces: &[tempfile::TempDir],
+/// Runs `work(thread)` from `threads` threads for [`MEASURE_FOR`]; returns units/s and the
+/// unit count. `work` checks its own result, so a broken sandbox cannot look fast.
+fn measure_work(
+    threads: usize,
+    work: impl Fn(usize) -> anyhow::Result<()> + Sync,
 ) -> anyhow::Result<(f64, u64)> {
     let done = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let start = Instant::now();
     let outcome: anyhow::Result<()> = std::thread::scope(|scope| {
-        let handles: Vec<_> = workspaces
-            .iter()
-            .map(|workspace| {
-                let (done, stop) = (&done, &stop);
+        let handles: Vec<_> = (0..threads)
+            .map(|thread| {
+                let (done, stop, work) = (&done, &stop, &work);
                 scope.spawn(move || -> anyhow::Result<()> {
-                    let job = Job {
-                        workspace: workspace.path().to_path_buf(),
-                        program: HARNESS.to_string(),
-                        stdin: Vec::new(),
-                        limits: Limits::default(),
-                    };
                     while !stop.load(Ordering::Relaxed) {
-                        let out = executor.run(&job).context("bench job")?;
-                        let report = String::from_utf8_lossy(&out.result);
-                        if out.termination != (Termination::Exited { code: 0 })
-                            || report != r#"{"run": 5, "failures": 0, "errors": 0}"#
-                        {
+                        if let Err(e) = work(thread) {
                             stop.store(true, Ordering::Relaxed);
-                            anyhow::bail!(
-                                "bench job went wrong: {:?}, result {report}, stderr {}",
-                                out.termination,
-                                String::from_utf8_lossy(&out.stderr)
-                            );
+                            return Err(e);
                         }
                         done.fetch_add(1, Ordering::Relaxed);
                     }
@@ -149,8 +162,75 @@ fn measure(
         Ok(())
     });
     outcome?;
-    let jobs = done.load(Ordering::Relaxed);
-    Ok((jobs as f64 / start.elapsed().as_secs_f64(), jobs))
+    let units = done.load(Ordering::Relaxed);
+    Ok((units as f64 / start.elapsed().as_secs_f64(), units))
+}
+
+/// The verdict bench's task: the built-in train task with the most hidden cases (first by id).
+fn verdict_task() -> anyhow::Result<Arc<Task>> {
+    let tasks = TaskSet::builtin().context("load the built-in tasks")?;
+    let mut best: Option<Arc<Task>> = None;
+    for task in tasks.split(Split::Train) {
+        if best
+            .as_ref()
+            .is_none_or(|b| task.hidden.len() > b.hidden.len())
+        {
+            best = Some(task.clone());
+        }
+    }
+    best.context("no built-in train task")
+}
+
+/// Verdicts of `task`'s reference fix per second on `executor`; each must solve the task.
+fn measure_verdicts(
+    executor: &dyn Executor,
+    task: &Task,
+    threads: usize,
+    case_by_case: bool,
+) -> anyhow::Result<(f64, u64)> {
+    let limits = Limits::default();
+    measure_work(threads, |_| {
+        let hidden = if case_by_case {
+            crate::verify::verify_case_by_case(executor, task, &task.reference, &limits)?
+        } else {
+            crate::verify::verify(executor, task, &task.reference, &limits, false)?.hidden
+        };
+        anyhow::ensure!(
+            hidden.passed.iter().all(|p| *p),
+            "the reference fix of {} failed a hidden case: {:?}",
+            task.id,
+            hidden.details
+        );
+        Ok(())
+    })
+}
+
+/// Runs the test job on `executor` from one thread per workspace for [`MEASURE_FOR`]; returns
+/// jobs/s and the job count. Every job's result is checked, so a broken sandbox cannot look
+/// fast.
+fn measure(
+    executor: &dyn Executor,
+    workspaces: &[tempfile::TempDir],
+) -> anyhow::Result<(f64, u64)> {
+    measure_work(workspaces.len(), |thread| {
+        let out = executor
+            .run(&Job {
+                workspace: workspaces[thread].path().to_path_buf(),
+                program: HARNESS.to_string(),
+                stdin: Vec::new(),
+                limits: Limits::default(),
+            })
+            .context("bench job")?;
+        let report = String::from_utf8_lossy(&out.result);
+        anyhow::ensure!(
+            out.termination == (Termination::Exited { code: 0 })
+                && report == r#"{"run": 5, "failures": 0, "errors": 0}"#,
+            "bench job went wrong: {:?}, result {report}, stderr {}",
+            out.termination,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(())
+    })
 }
 
 /// `agentrl bench gym`: the bench runs its own representative test job, so it takes no task
@@ -173,6 +253,53 @@ pub fn run(json: bool) -> anyhow::Result<()> {
         .collect::<anyhow::Result<Vec<_>>>()?;
 
     let fresh = FreshExecutor::new().context("start the fresh executor")?;
+    let task = verdict_task()?;
+    let cases = task.hidden.len();
+    // Splits and the trusted checker start outside the measured windows.
+    crate::verify::verify(&fresh, &task, &task.reference, &Limits::default(), false)
+        .context("warm-up verdict")?;
+    let cpu_before = cpu_seconds();
+    let (baseline_verdicts_per_s, baseline_verdicts) =
+        measure_verdicts(&fresh, &task, workers, true).context("baseline verdicts")?;
+    let baseline_verdict_cpu = cpu_seconds() - cpu_before;
+    let cpu_before = cpu_seconds();
+    drop(warm_pool(workers, &workspaces)?);
+    let startup_cpu = cpu_seconds() - cpu_before;
+    let cpu_before = cpu_seconds();
+    let pool = warm_pool(workers, &workspaces)?;
+    let (pool_verdicts_per_s, pool_verdicts) =
+        measure_verdicts(&pool, &task, workers, false).context("pool verdicts")?;
+    drop(pool);
+    let pool_verdict_cpu = (cpu_seconds() - cpu_before - startup_cpu).max(0.0);
+    let per_case_ms = |cpu: f64, verdicts: u64| {
+        if verdicts > 0 {
+            cpu * 1e3 / (verdicts as f64 * cases as f64)
+        } else {
+            f64::NAN
+        }
+    };
+    let pool_cpu_ms_per_case = per_case_ms(pool_verdict_cpu, pool_verdicts);
+    let verdicts = VerdictBench {
+        task: task.id.clone(),
+        cases_per_verdict: cases,
+        pool_case_execs_per_s: pool_verdicts_per_s * cases as f64,
+        pool_verdicts_per_s,
+        pool_jobs_per_verdict: 1.0,
+        pool_cpu_ms_per_case,
+        pool_case_execs_per_s_if_cores_idle: workers as f64 * 1e3 / pool_cpu_ms_per_case,
+        baseline_case_execs_per_s: baseline_verdicts_per_s * cases as f64,
+        baseline_verdicts_per_s,
+        baseline_jobs_per_verdict: cases as f64,
+        baseline_cpu_ms_per_case: per_case_ms(baseline_verdict_cpu, baseline_verdicts),
+        case_ratio: if baseline_verdicts_per_s > 0.0 {
+            pool_verdicts_per_s / baseline_verdicts_per_s
+        } else {
+            f64::INFINITY
+        },
+        pool_verdicts,
+        baseline_verdicts,
+    };
+
     let cpu_before = cpu_seconds();
     let (baseline, baseline_jobs) =
         measure(&fresh, &workspaces).context("baseline (fresh python3 per run)")?;
@@ -201,6 +328,7 @@ pub fn run(json: bool) -> anyhow::Result<()> {
         .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()));
 
     let report = BenchReport {
+        verdicts,
         baseline_execs_per_s: baseline,
         pool_execs_per_s: pooled,
         ratio: if baseline > 0.0 {
@@ -222,6 +350,39 @@ pub fn run(json: bool) -> anyhow::Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
+        let v = &report.verdicts;
+        println!(
+            "hidden-case verdicts of {} ({} cases, {} threads, {:.1} s each)",
+            v.task,
+            v.cases_per_verdict,
+            workers,
+            MEASURE_FOR.as_secs_f64()
+        );
+        println!(
+            "{:<28}{:>12}{:>12}{:>10}{:>14}",
+            "executor", "cases/s", "verdicts/s", "jobs/v", "cpu ms/case"
+        );
+        println!(
+            "{:<28}{:>12.1}{:>12.1}{:>10.0}{:>14.2}",
+            "fresh python3 per case",
+            v.baseline_case_execs_per_s,
+            v.baseline_verdicts_per_s,
+            v.baseline_jobs_per_verdict,
+            v.baseline_cpu_ms_per_case
+        );
+        println!(
+            "{:<28}{:>12.1}{:>12.1}{:>10.0}{:>14.2}",
+            format!("verdict tree on the pool"),
+            v.pool_case_execs_per_s,
+            v.pool_verdicts_per_s,
+            v.pool_jobs_per_verdict,
+            v.pool_cpu_ms_per_case
+        );
+        println!(
+            "ratio tree/fresh: {:.1}x; on {workers} idle cores (from its CPU cost): {:.0} cases/s",
+            v.case_ratio, v.pool_case_execs_per_s_if_cores_idle
+        );
+        println!();
         println!(
             "sandboxed test executions ({} threads, {:.1} s each)",
             workers, report.seconds_per_executor

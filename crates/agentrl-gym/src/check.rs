@@ -44,7 +44,7 @@ pub enum Value {
 const MAX_DEPTH: usize = 100;
 
 impl Value {
-    /// Decodes the harness's encoding (see `harness::HIDDEN_CASE_PROGRAM`, `_plain`).
+    /// Decodes the harness's encoding (see `verdict_tree.py, `plain`).
     pub fn from_wire(wire: &serde_json::Value) -> Result<Value, String> {
         Self::from_wire_at(wire, 0)
     }
@@ -97,6 +97,20 @@ impl Value {
             }
             _ => return Err("not a plain-data encoding".into()),
         })
+    }
+
+    /// Plain data all the way down: no [`Value::Other`] anywhere (so the trusted checker can
+    /// rebuild it with exact builtin types).
+    pub fn is_plain(&self) -> bool {
+        match self {
+            Value::Other { .. } => false,
+            Value::List(items)
+            | Value::Tuple(items)
+            | Value::Set(items)
+            | Value::FrozenSet(items) => items.iter().all(Value::is_plain),
+            Value::Dict(pairs) => pairs.iter().all(|(k, v)| k.is_plain() && v.is_plain()),
+            _ => true,
+        }
     }
 
     /// The expected side of `data`, `approx`, `unordered` and `set`: JSON as plain data.

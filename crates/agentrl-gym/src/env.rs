@@ -365,6 +365,12 @@ impl BugFixEnv {
 
     /// Runs the workspace's own public tests (cached).
     pub fn run_workspace_tests(&self) -> Result<TestReport, GymError> {
+        Ok(self.workspace_tests()?.0)
+    }
+
+    /// The workspace's public test report, and whether a time limit stopped the run (such a
+    /// run is never cached).
+    fn workspace_tests(&self) -> Result<(TestReport, bool), GymError> {
         let episode = self.episode.as_ref().ok_or(GymError::NoEpisode)?;
         let files = verify::workspace_files(episode.workspace.path())
             .map_err(io("scanning the workspace"))?;
@@ -373,7 +379,8 @@ impl BugFixEnv {
             "public",
             files.iter().map(|(k, v)| (k.as_str(), v.as_slice())),
         );
-        self.cache.get_or_compute(&self.cache.public, key, || {
+        let time_limited = std::cell::Cell::new(false);
+        let report = self.cache.get_or_compute(&self.cache.public, key, || {
             let limits = episode.task.run_limits(&self.config.limits);
             let output = self.executor.run(&Job {
                 workspace: episode.workspace.path().to_path_buf(),
@@ -386,24 +393,48 @@ impl BugFixEnv {
                 failure.message = truncate_chars(&failure.message, self.config.max_message_chars);
             }
             // A run stopped by a time limit depends on machine load: never cached.
-            Ok((report, output.time_limit_hit(&limits).is_none()))
-        })
+            time_limited.set(output.time_limit_hit(&limits).is_some());
+            Ok((report, !time_limited.get()))
+        })?;
+        Ok((report, time_limited.get()))
     }
 
-    /// Verifies module contents for a task (cached).
+    /// Verifies module contents for a task, the pristine public tests included (cached).
     pub fn verify_modules(
         &self,
         task: &Task,
         modules: &BTreeMap<String, String>,
     ) -> Result<Verdict, GymError> {
+        self.verdict(task, modules, true)
+    }
+
+    /// The verdict (cached), with or without the pristine public test run, which an episode's
+    /// reward does not need. Verdicts a time limit touched (even after their re-run) are
+    /// never cached.
+    fn verdict(
+        &self,
+        task: &Task,
+        modules: &BTreeMap<String, String>,
+        with_public: bool,
+    ) -> Result<Verdict, GymError> {
+        let kind = if with_public {
+            "verdict+public"
+        } else {
+            "verdict"
+        };
         let key = content_key(
             &task.id,
-            "verdict",
+            kind,
             modules.iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
         );
         self.cache.get_or_compute(&self.cache.verdicts, key, || {
-            let verdict =
-                verify::verify(self.executor.as_ref(), task, modules, &self.config.limits)?;
+            let verdict = verify::verify(
+                self.executor.as_ref(),
+                task,
+                modules,
+                &self.config.limits,
+                with_public,
+            )?;
             let keep = !verdict.time_limited;
             Ok((verdict, keep))
         })
@@ -559,17 +590,28 @@ impl BugFixEnv {
                 (m.clone(), content)
             })
             .collect();
-        let public = self.run_workspace_tests()?;
-        let verdict = self.verify_modules(&task, &modules)?;
+        let (mut public, time_limited) = self.workspace_tests()?;
+        let mut reruns = 0;
+        if time_limited {
+            // The reward's public counts: a run a stall stopped is run once more.
+            reruns += 1;
+            public = self.workspace_tests()?.0;
+        }
+        let verdict = self.verdict(&task, &modules, false)?;
+        reruns += verdict.reruns;
         let format_errors = episode.format_errors;
+        let tampered = tamper.tampered();
         let counts = Reward {
             score: 0.0,
             public_passed: public.passed.len() as u32,
             public_total: (public.passed.len() + public.failed.len()) as u32,
-            hidden_passed: verdict.hidden_passed(),
+            // A tampered workspace's hidden result fails, whatever the cases said: a forgery
+            // the cases missed must not pay (the verdict's own counts stay in `last_end`).
+            hidden_passed: if tampered { 0 } else { verdict.hidden_passed() },
             hidden_total: verdict.hidden_total(),
-            tampered: tamper.tampered(),
+            tampered,
             format_errors,
+            verdict_reruns: reruns,
         };
         let reward = self.config.reward.apply(counts, ending);
         if let Some(e) = self.episode.as_mut() {

@@ -6,25 +6,25 @@
 //!   pytest-style `test_*` functions (bare `assert`, no fixtures; collected here with the
 //!   standard library only), and reports each test's outcome, and for failures the exception
 //!   type, message and line.
-//! - [`HIDDEN_CASE_PROGRAM`] runs *one* hidden case per process: it imports the modules,
-//!   evaluates the case (setup statements + an expression) with pristine builtins and the
-//!   modules' own names, and reports what it returned as plain data (see [`crate::check`]) or
-//!   the exception it raised. One process per case is what makes the verdict trustworthy and
-//!   robust: no other case (and no expected value, which never enters the sandbox at all) is in
-//!   the process for the code under test to read, a hang or crash costs only its own case, and
-//!   each case has its own time limit. [`score_case`] compares on this side; a case without
-//!   exactly one well-formed record (a process that exited early, printed junk, or wrote
-//!   duplicates) fails.
+//! - [`VERDICT_TREE_PROGRAM`] runs every hidden case of a verdict from one warm interpreter:
+//!   it imports the modules once, then forks a case process per case, one at a time, each with
+//!   its own time limits, namespace, pristine builtins and result pipe (`verdict_tree.py` says
+//!   what it guards against). A case process reports what each call under test returned, as
+//!   plain data (see [`crate::check`]), or the exception it raised; no expected value is ever
+//!   in the sandbox. [`score_case`] compares on this side, through the trusted checker when the
+//!   case has a check; a case without exactly one well-formed record per call (a process that
+//!   exited early, printed junk, or wrote duplicates) fails.
 //!
-//! Both write one JSON object per line to fd 3, so prints of the code under test on stdout
-//! never count. A run stopped by a limit says so: "time limit of N s exceeded", "memory limit
-//! of N MB exceeded".
+//! Both write JSON lines to fd 3, so prints of the code under test on stdout never count. A
+//! run stopped by a limit says so: "time limit of N s exceeded", "memory limit of N MB
+//! exceeded".
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::check::{Actual, Expect, Value};
-use crate::sandbox::{Limits, RunOutput, Termination};
+use crate::sandbox::{LimitHit, Limits, RunOutput, SandboxError, Termination};
 use crate::task::{module_import_name, HiddenCase, PUBLIC_TEST_FILE};
+use crate::trusted::{Evaluated, Split};
 use crate::types::{FailureInfo, TestReport};
 
 /// Runs the workspace's `test_public.py`. Stdin: `{"modules": ["name.py", "pkg/m.py", ...]}`.
@@ -103,98 +103,11 @@ else:
     _emit({"done": True})
 "#;
 
-/// Runs one hidden case. Stdin: `{"modules": [import names], "setup": "...", "expr": "..."}`.
-///
-/// Everything lives in `_run`'s locals, so `sys.modules["__main__"]` exposes nothing but the
-/// function; the builtins and helpers it uses are bound before any code under test runs, so a
-/// module that rebinds names in `builtins` cannot reach them. The namespace of the case holds the
-/// modules' own names minus dunders and minus names that shadow a builtin (reach those through
-/// the module: `stats.sum(...)`), the top-level package of each module, and a fresh copy of
-/// the pristine builtins as `__builtins__`.
-pub const HIDDEN_CASE_PROGRAM: &str = r#"
-import sys
-sys.dont_write_bytecode = True
-import builtins, importlib, json, os
-
-def _run(type=type, repr=repr, str=str, len=len, dict=dict, list=list, tuple=tuple, set=set,
-         frozenset=frozenset, int=int, float=float, bool=bool, bytes=bytes, compile=compile,
-         exec=exec, eval=eval, BaseException=BaseException, getattr=getattr):
-    pristine = dict(vars(builtins))
-    dumps, write = json.dumps, os.write
-    import_module = importlib.import_module
-    modules_table = sys.modules
-    spec = json.loads(sys.stdin.read())
-    if hasattr(sys, "set_int_max_str_digits"):
-        sys.set_int_max_str_digits(0)
-
-    def emit(record):
-        view = memoryview((dumps(record) + "\n").encode())
-        while view:
-            view = view[write(3, view):]
-
-    def plain(v, depth):
-        # Exact types only: a subclass (or any object) could lie through __eq__ or __repr__.
-        if depth > 100:
-            raise ValueError("value nested more than 100 levels deep")
-        t = type(v)
-        if v is None:
-            return None
-        if t is bool or t is str:
-            return v
-        if t is int:
-            return {"int": str(v)}
-        if t is float:
-            return {"float": repr(v)}
-        if t is bytes:
-            return {"bytes": v.hex()}
-        if t is list or t is tuple or t is set or t is frozenset:
-            return {t.__name__: [plain(x, depth + 1) for x in v]}
-        if t is dict:
-            return {"dict": [[plain(k, depth + 1), plain(x, depth + 1)] for k, x in v.items()]}
-        try:
-            text = repr(v)
-            text = text if type(text) is str else None
-        except BaseException:
-            text = None
-        return {"other": "%s.%s" % (getattr(t, "__module__", "?"), getattr(t, "__qualname__", "?")),
-                "repr": text}
-
-    namespace = {}
-    try:
-        for name in spec["modules"]:
-            module = import_module(name)
-            for key, value in list(vars(module).items()):
-                if key.startswith("__") and key.endswith("__"):
-                    continue
-                if key in pristine:
-                    continue
-                namespace[key] = value
-        for name in spec["modules"]:
-            top = name.split(".")[0]
-            if top not in pristine:
-                namespace.setdefault(top, modules_table[top])
-    except BaseException as exc:
-        emit({"import_error": "%s: %s" % (type(exc).__name__, str(exc)[:500])})
-        return
-    namespace["__builtins__"] = dict(pristine)
-    try:
-        exec(compile(spec["setup"], "<setup>", "exec"), namespace)
-        value = eval(compile(spec["expr"], "<expr>", "eval"), namespace)
-    except BaseException as exc:
-        t = type(exc)
-        name = t.__name__
-        emit({"raises": name, "lookalike": name in pristine and pristine[name] is not t})
-    else:
-        try:
-            encoded = plain(value, 0)
-        except BaseException as exc:
-            emit({"unencodable": "%s: %s" % (type(exc).__name__, str(exc)[:200])})
-        else:
-            emit({"value": encoded})
-    emit({"done": True})
-
-_run()
-"#;
+/// Runs every hidden case of one verdict as a warm job tree (see `verdict_tree.py`): the
+/// modules are imported once, each case runs in a process forked from that interpreter, with
+/// its own limits, namespace, pristine builtins and result pipe, and the workspace put back
+/// between cases. Stdin: [`tree_stdin`].
+pub const VERDICT_TREE_PROGRAM: &str = include_str!("verdict_tree.py");
 
 /// Hidden-case results up to this many bytes are compared in full; a larger one fails the case
 /// with a message saying so (never a silent cut).
@@ -207,13 +120,99 @@ pub fn public_stdin(modules: &[String]) -> Vec<u8> {
         .into_bytes()
 }
 
-/// Stdin for [`HIDDEN_CASE_PROGRAM`]: the import names, one case's setup and expression. The
-/// expectation never enters the sandbox.
-pub fn hidden_case_stdin(modules: &[String], case: &HiddenCase) -> Vec<u8> {
+/// One hidden case as the verdict tree runs it: the setup and the calls under test (the
+/// trusted checker's split of `expr`). Its check is sent only in `in_sandbox`, for a case
+/// whose values the trusted side could not rebuild (objects of the task's own classes).
+#[derive(Debug, Serialize)]
+pub struct TreeCase<'a> {
+    pub setup: &'a str,
+    pub parts: &'a [String],
+    /// The trusted side computes this case's check: report subclasses of plain types by the
+    /// value their base type holds.
+    pub unwrap: bool,
+    pub in_sandbox: Option<InSandbox<'a>>,
+    pub wall_s: f64,
+    pub cpu_s: u64,
+}
+
+/// A check the case process evaluates itself (forgeable; `validate` warns).
+#[derive(Debug, Serialize)]
+pub struct InSandbox<'a> {
+    pub skeleton: Option<&'a str>,
+    pub check: Option<&'a str>,
+}
+
+/// Stdin for [`VERDICT_TREE_PROGRAM`]: the import names and the cases (never an expectation).
+pub fn tree_stdin(modules: &[String], cases: &[TreeCase], result_cap: usize) -> Vec<u8> {
     let names: Vec<String> = modules.iter().map(|m| module_import_name(m)).collect();
-    serde_json::json!({ "modules": names, "setup": case.setup, "expr": case.expr })
+    serde_json::json!({ "modules": names, "cases": cases, "result_cap": result_cap })
         .to_string()
         .into_bytes()
+}
+
+/// What a verdict tree reported: an import failure, or each case's run (`None` for a case the
+/// tree never reported, e.g. because the tree was stopped first).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TreeReport {
+    pub import_error: Option<String>,
+    pub cases: Vec<Option<RunOutput>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct TreeRecord {
+    case: Option<usize>,
+    result: Option<String>,
+    #[serde(default)]
+    truncated: bool,
+    #[serde(default)]
+    elapsed_s: f64,
+    code: Option<i32>,
+    signal: Option<i32>,
+    #[serde(default)]
+    timed_out: bool,
+    import_error: Option<String>,
+}
+
+/// Splits the tree's fd-3 stream into one [`RunOutput`] per case (its records as `result`,
+/// the tree's stderr as `stderr`). A case reported twice keeps its first report.
+pub fn parse_tree(output: &RunOutput, cases: usize) -> TreeReport {
+    let mut report = TreeReport {
+        import_error: None,
+        cases: vec![None; cases],
+    };
+    for line in String::from_utf8_lossy(&output.result).lines() {
+        let Ok(record) = serde_json::from_str::<TreeRecord>(line) else {
+            continue;
+        };
+        if let Some(error) = record.import_error {
+            report.import_error.get_or_insert(error);
+            continue;
+        }
+        let Some(slot) = record.case.and_then(|i| report.cases.get_mut(i)) else {
+            continue;
+        };
+        if slot.is_some() {
+            continue;
+        }
+        let termination = if record.timed_out {
+            Termination::TimedOut
+        } else if let Some(signal) = record.signal {
+            Termination::Signaled { signal }
+        } else {
+            Termination::Exited {
+                code: record.code.unwrap_or(-1),
+            }
+        };
+        *slot = Some(RunOutput {
+            termination,
+            stdout: Vec::new(),
+            stderr: output.stderr.clone(),
+            result: record.result.unwrap_or_default().into_bytes(),
+            truncated: record.truncated,
+            elapsed: std::time::Duration::from_secs_f64(record.elapsed_s.max(0.0)),
+        });
+    }
+    report
 }
 
 #[derive(Debug, Deserialize)]
@@ -350,9 +349,12 @@ pub struct HiddenScore {
     /// The first run-level problem (the modules did not import, a case ended early or hit a
     /// limit), for a one-line summary.
     pub problem: Option<String>,
-    /// Some case was stopped by a time limit: the verdict depends on machine load and must not
-    /// be cached.
+    /// Some case was stopped by a time limit even when run again: the verdict depends on
+    /// machine load and must not be cached.
     pub time_limited: bool,
+    /// Names of the cases whose check ran inside the candidate's process (see
+    /// [`CaseVerdict::checked_in_sandbox`]).
+    pub checked_in_sandbox: Vec<String>,
 }
 
 impl HiddenScore {
@@ -363,6 +365,9 @@ impl HiddenScore {
     /// Adds one case's verdict.
     pub fn push(&mut self, case: &HiddenCase, verdict: CaseVerdict) {
         self.time_limited |= verdict.time_limited;
+        if verdict.checked_in_sandbox {
+            self.checked_in_sandbox.push(case.name.clone());
+        }
         if verdict.run_problem && self.problem.is_none() {
             self.problem = verdict
                 .detail
@@ -382,22 +387,93 @@ pub struct CaseVerdict {
     /// The run itself went wrong (import error, early exit, limit), not just the value.
     pub run_problem: bool,
     pub time_limited: bool,
+    /// The case's check had to be evaluated inside the candidate's process (a part's value
+    /// was not plain data), where it can be forged; `validate` warns about it.
+    pub checked_in_sandbox: bool,
 }
 
-/// Compares what one [`HIDDEN_CASE_PROGRAM`] run reported with the case's expectation.
-pub fn score_case(output: &RunOutput, case: &HiddenCase, limits: &Limits) -> CaseVerdict {
-    let time_limit = output.time_limit_hit(limits);
-    let problem = |detail: String| CaseVerdict {
-        detail: Some(detail),
-        run_problem: true,
-        time_limited: time_limit.is_some(),
-    };
-    if let Some(limit) = time_limit {
-        return problem(limit.to_string());
+impl CaseVerdict {
+    fn problem(detail: String, time_limited: bool) -> Self {
+        CaseVerdict {
+            detail: Some(detail),
+            run_problem: true,
+            time_limited,
+            checked_in_sandbox: false,
+        }
     }
-    let mut outcomes: Vec<Result<Actual, String>> = Vec::new();
+}
+
+/// The verdict on a case the tree never reported: the tree ended first (its time limit, or
+/// the code under test killed it). A tree stopped by a time limit makes the case time-limited,
+/// so the verifier runs it again.
+pub fn unreported_case(tree: &RunOutput, tree_limits: &Limits) -> CaseVerdict {
+    let time_limited = tree.time_limit_hit(tree_limits).is_some();
+    CaseVerdict::problem(
+        format!(
+            "{} before the case ran",
+            how_it_ended(tree, tree_limits, "verdict process")
+        ),
+        time_limited,
+    )
+}
+
+/// One outcome record of a case process, decoded.
+type Reported = Result<Actual, String>;
+
+fn reported(
+    record: &serde_json::Map<String, serde_json::Value>,
+    raise_key: &str,
+) -> Option<Reported> {
+    let text = |key: &str| record.get(key).and_then(|v| v.as_str()).map(str::to_string);
+    if let Some(name) = text(raise_key) {
+        let lookalike = record.get("lookalike") == Some(&serde_json::Value::Bool(true));
+        return Some(Ok(Actual::Raised { name, lookalike }));
+    }
+    if let Some(why) = text("unencodable") {
+        return Some(Err(format!("the value is not plain data: {why}")));
+    }
+    None
+}
+
+fn decoded(wire: &serde_json::Value) -> Reported {
+    Value::from_wire(wire)
+        .map(Actual::Returned)
+        .map_err(|e| format!("unreadable value: {e}"))
+}
+
+/// What a case process reported, read (see `verdict_tree.py`, `run_case`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CaseRecords {
+    /// The setup raised: that is the case's outcome.
+    pub setup_raised: Option<Actual>,
+    /// Each part's outcome, with its record as the trusted checker takes it.
+    pub parts: Vec<(serde_json::Value, Reported)>,
+    /// The check evaluated in the case process, when a part was not plain data.
+    pub fallback: Option<Reported>,
+}
+
+/// Reads one case process's records: exactly one record per part (or one setup exception),
+/// then `done`. Anything else (an early exit, a limit, junk, duplicates) is the case's failure.
+pub fn read_case(
+    output: &RunOutput,
+    limits: &Limits,
+    parts: usize,
+) -> Result<CaseRecords, CaseVerdict> {
+    let time_limit = output.time_limit_hit(limits);
+    if let Some(limit) = time_limit {
+        return Err(CaseVerdict::problem(limit.to_string(), true));
+    }
+    let mut records = CaseRecords {
+        setup_raised: None,
+        parts: Vec::new(),
+        fallback: None,
+    };
+    let mut slots: Vec<Vec<(serde_json::Value, Reported)>> = vec![Vec::new(); parts];
+    let mut setup_raised = Vec::new();
+    let mut fallbacks = Vec::new();
     let mut done = false;
     let mut unreadable = false;
+    let mut stray = 0;
     for line in String::from_utf8_lossy(&output.result).lines() {
         // A map, not a struct: `{"value": null}` (a case that returned None) must stay
         // distinct from a record without a value.
@@ -406,53 +482,161 @@ pub fn score_case(output: &RunOutput, case: &HiddenCase, limits: &Limits) -> Cas
             unreadable = true;
             continue;
         };
-        let text = |key: &str| record.get(key).and_then(|v| v.as_str()).map(str::to_string);
-        if let Some(err) = text("import_error") {
-            return problem(format!("the modules failed to import: {err}"));
-        }
         if record.get("done") == Some(&serde_json::Value::Bool(true)) {
             done = true;
-        } else if let Some(wire) = record.get("value") {
-            outcomes.push(
-                Value::from_wire(wire)
-                    .map(Actual::Returned)
-                    .map_err(|e| format!("unreadable value: {e}")),
-            );
-        } else if let Some(name) = text("raises") {
-            let lookalike = record.get("lookalike") == Some(&serde_json::Value::Bool(true));
-            outcomes.push(Ok(Actual::Raised { name, lookalike }));
-        } else if let Some(why) = text("unencodable") {
-            outcomes.push(Err(format!("the value is not plain data: {why}")));
+            continue;
+        }
+        if let Some(wire) = record.get("fallback") {
+            fallbacks.push(decoded(wire));
+            continue;
+        }
+        if let Some(fallback) = reported(&record, "fallback_raises") {
+            fallbacks.push(fallback);
+            continue;
+        }
+        let part = record.get("part").and_then(|p| p.as_u64());
+        let outcome = match record.get("value") {
+            Some(wire) => Some(decoded(wire)),
+            None => reported(&record, "raises"),
+        };
+        match (part, outcome) {
+            (Some(index), Some(outcome)) if (index as usize) < parts => {
+                let mut wire = record.clone();
+                wire.remove("part");
+                slots[index as usize].push((serde_json::Value::Object(wire), outcome));
+            }
+            (None, Some(Ok(raised @ Actual::Raised { .. }))) => setup_raised.push(raised),
+            _ => stray += 1,
         }
     }
     if output.truncated && (unreadable || !done) {
-        return problem(format!(
-            "the case's result is over the {}-byte output cap",
-            limits.output_cap_bytes
+        return Err(CaseVerdict::problem(
+            format!(
+                "the case's result is over the {}-byte output cap",
+                limits.output_cap_bytes
+            ),
+            false,
         ));
     }
     if !done {
-        return problem(format!(
-            "{} before the case reported",
-            how_it_ended(output, limits, "case process")
+        return Err(CaseVerdict::problem(
+            format!(
+                "{} before the case reported",
+                how_it_ended(output, limits, "case process")
+            ),
+            false,
         ));
     }
-    let detail = match outcomes.as_slice() {
-        [Ok(Actual::Raised { name, .. })]
+    let fail = |detail: String| {
+        Err(CaseVerdict {
+            detail: Some(detail),
+            run_problem: false,
+            time_limited: false,
+            checked_in_sandbox: false,
+        })
+    };
+    let reports: usize = slots.iter().map(Vec::len).sum::<usize>() + setup_raised.len() + stray;
+    if setup_raised.len() == 1 && reports == 1 && fallbacks.is_empty() {
+        records.setup_raised = setup_raised.pop();
+        return Ok(records);
+    }
+    if reports == 0 {
+        return fail("no outcome was reported".into());
+    }
+    if stray > 0
+        || !setup_raised.is_empty()
+        || slots.iter().any(|s| s.len() != 1)
+        || fallbacks.len() > 1
+    {
+        return fail(format!("{reports} outcomes were reported, not {parts}"));
+    }
+    records.parts = slots.into_iter().filter_map(|mut s| s.pop()).collect();
+    records.fallback = fallbacks.pop();
+    Ok(records)
+}
+
+/// How a case scored: a verdict, or the news that its check has to run in the case process
+/// (a value the trusted side cannot rebuild), which the verifier then asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Scored {
+    Verdict(CaseVerdict),
+    NeedsSandboxCheck,
+}
+
+/// Scores one case: its records, its trusted evaluation where the expression has a skeleton
+/// or the case a check (`evaluate` takes the parts' records: the trusted checker), and the
+/// comparison with `expect`.
+pub fn score_case(
+    output: &RunOutput,
+    case: &HiddenCase,
+    split: &Split,
+    limits: &Limits,
+    evaluate: impl FnOnce(&[serde_json::Value]) -> Result<Evaluated, SandboxError>,
+) -> Result<Scored, SandboxError> {
+    let records = match read_case(output, limits, split.parts.len()) {
+        Ok(records) => records,
+        Err(verdict) => return Ok(Scored::Verdict(verdict)),
+    };
+    let mut checked_in_sandbox = false;
+    let actual: Reported = if let Some(raised) = records.setup_raised {
+        Ok(raised)
+    } else if split.is_trivial() && case.check.is_none() {
+        records
+            .parts
+            .into_iter()
+            .next()
+            .map(|(_, r)| r)
+            .unwrap_or_else(|| Err("no outcome was reported".into()))
+    } else if let Some(why) = records.parts.iter().find_map(|(_, r)| r.as_ref().err()) {
+        Err(why.clone())
+    } else if records.parts.iter().all(|(_, r)| {
+        matches!(r, Ok(Actual::Returned(v)) if v.is_plain())
+            || matches!(r, Ok(Actual::Raised { .. }))
+    }) {
+        let wires: Vec<serde_json::Value> = records.parts.into_iter().map(|(w, _)| w).collect();
+        match evaluate(&wires)? {
+            Evaluated::TimedOut => {
+                return Ok(Scored::Verdict(CaseVerdict::problem(
+                    format!(
+                        "{} (the trusted check was stopped)",
+                        LimitHit::Time {
+                            seconds: limits.wall_timeout.as_secs_f64()
+                        }
+                    ),
+                    true,
+                )))
+            }
+            Evaluated::Outcome(record) => match record.as_object() {
+                Some(map) => match map.get("value") {
+                    Some(wire) => decoded(wire),
+                    None => reported(map, "raises")
+                        .unwrap_or_else(|| Err("the trusted check reported nothing".into())),
+                },
+                None => Err("the trusted check reported nothing".into()),
+            },
+        }
+    } else {
+        let Some(fallback) = records.fallback else {
+            return Ok(Scored::NeedsSandboxCheck);
+        };
+        checked_in_sandbox = true;
+        fallback
+    };
+    let detail = match actual {
+        Ok(Actual::Raised { name, .. })
             if name == "MemoryError" && case.expect != Expect::Raises(name.clone()) =>
         {
             Some(format!("{} (MemoryError)", limits.memory_hit()))
         }
-        [Ok(actual)] => case.expect.check(actual).err(),
-        [Err(why)] => Some(why.clone()),
-        [] => Some("no outcome was reported".into()),
-        more => Some(format!("{} outcomes were reported, not one", more.len())),
+        Ok(actual) => case.expect.check(&actual).err(),
+        Err(why) => Some(why),
     };
-    CaseVerdict {
+    Ok(Scored::Verdict(CaseVerdict {
         detail,
         run_problem: false,
         time_limited: false,
-    }
+        checked_in_sandbox,
+    }))
 }
 
 #[cfg(test)]
@@ -478,41 +662,143 @@ mod tests {
             setup: String::new(),
             expr: "f()".into(),
             expect,
+            check: None,
             time_limit_s: None,
+        }
+    }
+
+    fn trivial() -> Split {
+        Split {
+            parts: vec!["f()".into()],
+            skeleton: None,
+            sandbox_check: None,
+        }
+    }
+
+    fn score(
+        result: &str,
+        termination: Termination,
+        truncated: bool,
+        expect: &HiddenCase,
+    ) -> CaseVerdict {
+        score_case(
+            &output(result, termination, truncated),
+            expect,
+            &trivial(),
+            &Limits::default(),
+            |_| panic!("a trivial case never reaches the checker"),
+        )
+        .unwrap()
+        .verdict()
+    }
+
+    impl Scored {
+        fn verdict(self) -> CaseVerdict {
+            match self {
+                Scored::Verdict(v) => v,
+                Scored::NeedsSandboxCheck => panic!("needs a sandbox check"),
+            }
         }
     }
 
     #[test]
     fn a_case_passes_only_with_exactly_one_good_record() {
-        let limits = Limits::default();
         let exited = Termination::Exited { code: 0 };
         let expect = case(Expect::Value("None".into()));
-        let one = "{\"value\": null}\n{\"done\": true}\n";
-        assert_eq!(
-            score_case(&output(one, exited.clone(), false), &expect, &limits).detail,
-            None
-        );
-        let two = "{\"value\": null}\n{\"value\": null}\n{\"done\": true}\n";
-        let verdict = score_case(&output(two, exited.clone(), false), &expect, &limits);
+        let one = "{\"value\": null, \"part\": 0}\n{\"done\": true}\n";
+        assert_eq!(score(one, exited.clone(), false, &expect).detail, None);
+        let two =
+            "{\"value\": null, \"part\": 0}\n{\"value\": null, \"part\": 0}\n{\"done\": true}\n";
+        let verdict = score(two, exited.clone(), false, &expect);
         assert!(verdict.detail.unwrap().contains("2 outcomes"));
-        let early = score_case(
-            &output("{\"value\": null}\n", exited.clone(), false),
+        let stray = "{\"value\": null, \"part\": 0}\n{\"value\": null}\n{\"done\": true}\n";
+        assert!(score(stray, exited.clone(), false, &expect)
+            .detail
+            .unwrap()
+            .contains("2 outcomes"));
+        let early = score(
+            "{\"value\": null, \"part\": 0}\n",
+            exited.clone(),
+            false,
             &expect,
-            &limits,
         );
         assert!(early.run_problem && early.detail.unwrap().contains("exited with code 0"));
-        let cut = score_case(&output("{\"value\": \"xx", exited, true), &expect, &limits);
+        let cut = score("{\"value\": \"xx", exited.clone(), true, &expect);
         assert!(
             cut.detail.unwrap().contains("output cap"),
             "never a silent cut"
         );
-        let hung = score_case(&output("", Termination::TimedOut, false), &expect, &limits);
+        let hung = score("", Termination::TimedOut, false, &expect);
         assert!(hung.time_limited);
         assert_eq!(hung.detail.as_deref(), Some("time limit of 5 s exceeded"));
         let xcpu = Termination::Signaled {
             signal: libc::SIGXCPU,
         };
-        let cpu = score_case(&output("", xcpu, false), &expect, &limits);
+        let cpu = score("", xcpu, false, &expect);
         assert_eq!(cpu.detail.as_deref(), Some("time limit of 4 s exceeded"));
+        // A setup that raised is the case's outcome.
+        let raises = case(Expect::Raises("ValueError".into()));
+        let setup = "{\"raises\": \"ValueError\", \"lookalike\": false}\n{\"done\": true}\n";
+        assert_eq!(score(setup, exited, false, &raises).detail, None);
+    }
+
+    #[test]
+    fn a_check_is_the_trusted_sides_and_an_object_falls_back_with_a_flag() {
+        let exited = Termination::Exited { code: 0 };
+        let split = Split {
+            parts: vec!["f(2)".into()],
+            skeleton: Some("abs(_part(0) - 4.0) < 1e-9".into()),
+            sandbox_check: None,
+        };
+        let expect = case(Expect::Value("True".into()));
+        let records = "{\"value\": {\"float\": \"4.0\"}, \"part\": 0}\n{\"done\": true}\n";
+        // Whatever the sandbox said, the verdict is what the checker computed.
+        let verdict = score_case(
+            &output(records, exited.clone(), false),
+            &expect,
+            &split,
+            &Limits::default(),
+            |parts| {
+                assert_eq!(parts, [serde_json::json!({"value": {"float": "4.0"}})]);
+                Ok(Evaluated::Outcome(serde_json::json!({"value": false})))
+            },
+        )
+        .unwrap()
+        .verdict();
+        assert!(verdict.detail.is_some() && !verdict.checked_in_sandbox);
+        let slow = score_case(
+            &output(records, exited.clone(), false),
+            &expect,
+            &split,
+            &Limits::default(),
+            |_| Ok(Evaluated::TimedOut),
+        )
+        .unwrap()
+        .verdict();
+        assert!(slow.time_limited && slow.detail.unwrap().contains("trusted check"));
+        let object =
+            "{\"value\": {\"other\": \"m.P\", \"repr\": \"P()\"}, \"part\": 0}\n{\"done\": true}\n";
+        let never = |_: &[serde_json::Value]| -> Result<Evaluated, SandboxError> {
+            panic!("an object cannot be rebuilt on the trusted side")
+        };
+        let first = score_case(
+            &output(object, exited.clone(), false),
+            &expect,
+            &split,
+            &Limits::default(),
+            never,
+        );
+        assert_eq!(first.unwrap(), Scored::NeedsSandboxCheck);
+        let object = "{\"value\": {\"other\": \"m.P\", \"repr\": \"P()\"}, \"part\": 0}\n{\"fallback\": true}\n{\"done\": true}\n";
+        let fallback = score_case(
+            &output(object, exited, false),
+            &expect,
+            &split,
+            &Limits::default(),
+            never,
+        )
+        .unwrap()
+        .verdict();
+        assert!(fallback.detail.is_none() && fallback.checked_in_sandbox);
     }
 }

@@ -33,6 +33,7 @@ pub mod render;
 pub mod reward;
 pub mod sandbox;
 pub mod task;
+pub mod trusted;
 pub mod types;
 pub mod validate;
 pub mod verify;

@@ -97,18 +97,66 @@ pub struct StoredCandidate {
 pub type Outcome = Expect;
 
 /// One hidden test: run `setup` (statements), then evaluate `expr` in the modules' namespace,
-/// in a process of its own (see `harness::HIDDEN_CASE_PROGRAM`).
+/// in a case process of its own (see `verdict_tree.py`); `check`, if given, is a boolean
+/// expression over the value as `result`, evaluated by the trusted checker ([`crate::trusted`]),
+/// never next to the code under test. `expr` may itself be a check (`abs(f(x) - y) < eps` with
+/// `{"value": "True"}`): the checker splits it into the calls under test and the comparison.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "HiddenCaseWire")]
 pub struct HiddenCase {
     pub name: String,
     #[serde(default)]
     pub setup: String,
     pub expr: String,
+    /// What the case's final value must be: with a `check`, `True` unless set.
     pub expect: Expect,
+    /// A Python boolean expression over the value of `expr` (named `result`), builtins and
+    /// `math`, run by the trusted checker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<String>,
     /// Wall-clock seconds for this case, instead of the task's `limits.time_s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_limit_s: Option<f64>,
+}
+
+/// `hidden.json`'s form of a case: `expect` may be left out when `check` is given.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HiddenCaseWire {
+    name: String,
+    #[serde(default)]
+    setup: String,
+    expr: String,
+    expect: Option<Expect>,
+    #[serde(default)]
+    check: Option<String>,
+    #[serde(default)]
+    time_limit_s: Option<f64>,
+}
+
+impl TryFrom<HiddenCaseWire> for HiddenCase {
+    type Error = String;
+
+    fn try_from(wire: HiddenCaseWire) -> Result<Self, String> {
+        let expect = match (wire.expect, &wire.check) {
+            (Some(expect), _) => expect,
+            (None, Some(_)) => Expect::Value("True".into()),
+            (None, None) => {
+                return Err(format!(
+                    "case `{}` needs `expect` (or a `check`, a boolean expression over `result`)",
+                    wire.name
+                ))
+            }
+        };
+        Ok(HiddenCase {
+            name: wire.name,
+            setup: wire.setup,
+            expr: wire.expr,
+            expect,
+            check: wire.check,
+            time_limit_s: wire.time_limit_s,
+        })
+    }
 }
 
 /// The `[limits]` table of `task.toml`: per run (the public test run, or one hidden case).

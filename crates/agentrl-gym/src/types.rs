@@ -141,6 +141,10 @@ pub struct Reward {
     /// Test files changed or hooks planted in the workspace.
     pub tampered: bool,
     pub format_errors: u32,
+    /// Verifier runs repeated because a time limit stopped them the first time
+    /// (`env/verdict_reruns`).
+    #[serde(default)]
+    pub verdict_reruns: u32,
 }
 
 impl Reward {

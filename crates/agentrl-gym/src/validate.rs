@@ -21,6 +21,7 @@ use crate::env::{BugFixEnv, EnvConfig, GymError, OutcomeCache};
 use crate::sandbox::Executor;
 use crate::task::{Task, TaskSet};
 use crate::types::{Action, Env, Observation, Tool, ToolCall};
+use crate::verify::VerifyError;
 
 /// What validation found for one task.
 #[derive(Debug, Clone, Serialize)]
@@ -56,22 +57,40 @@ fn call(name: &str, arguments: serde_json::Value) -> Action {
     })
 }
 
-/// Operators and calls that make an expression's value a verdict (a comparison).
-const COMPARISONS: [&str; 10] = [
-    "==", "!=", "<", ">", " in ", " is ", "isclose", "all(", "any(", "approx",
-];
+/// Hidden cases whose check the verifier still has to evaluate inside the candidate's process,
+/// where the code under test can forge it (an always-equal object, a shadowed builtin, a frame
+/// that rewrites the caller's locals): those whose expression keeps a comparison the trusted
+/// checker could not lift out of the sandbox (one over a comprehension's own variable, say).
+/// Checks over values that are not plain data are found by running them (see
+/// [`validate_task`]).
+pub fn sandbox_verdict_warnings(task: &Task) -> Result<Vec<String>, GymError> {
+    let checker = crate::trusted::checker().map_err(VerifyError::from)?;
+    let mut warnings = Vec::new();
+    for case in &task.hidden {
+        let split = checker
+            .split(&case.expr, &case.setup)
+            .map_err(VerifyError::from)?;
+        if let Some(part) = &split.sandbox_check {
+            warnings.push(format!(
+                "task `{}`, hidden case `{}`: `{part}` computes a verdict inside the sandbox, where the code under test can forge it; compare the value outside it (`\"check\": \"abs(result - 2.5) < 1e-9\"`, or an expectation kind: value, approx, unordered, set, data; see TASKS.md)",
+                task.id, case.name
+            ));
+        }
+    }
+    Ok(warnings)
+}
 
-/// Hidden cases whose expectation is `True`/`False` of a comparison: the comparison runs in the
-/// sandbox, where the code under test can forge it (an always-equal object, a shadowed builtin,
-/// a frame that reads the expected constant), so the verdict is only as good as the sandbox.
-pub fn sandbox_verdict_warnings(task: &Task) -> Vec<String> {
-    task.hidden
+/// Warnings for the cases whose check a verdict had to evaluate in the candidate's process
+/// because a value was not plain data.
+fn checked_in_sandbox_warnings(task: &Task, verdict: &crate::verify::Verdict) -> Vec<String> {
+    verdict
+        .hidden
+        .checked_in_sandbox
         .iter()
-        .filter(|c| c.expect.is_bool_value() && COMPARISONS.iter().any(|op| c.expr.contains(op)))
-        .map(|c| {
+        .map(|name| {
             format!(
-                "hidden case `{}`: `{}` computes its verdict inside the sandbox, where the code under test can forge it; return the value itself and compare it with an expectation kind (value, approx, unordered, set, data; see TASKS.md)",
-                c.name, c.expr
+                "task `{}`, hidden case `{name}`: a value the check needs is not plain data (an object of the task's own class), so the check ran inside the candidate's process, where it can be forged; compare plain values (e.g. `p.x` rather than `p`)",
+                task.id
             )
         })
         .collect()
@@ -90,7 +109,7 @@ fn failing_cases(task: &Task, verdict: &crate::verify::Verdict) -> String {
 /// Validates one task with `env`.
 pub fn validate_task(env: &mut BugFixEnv, task: &Task) -> Result<TaskValidation, GymError> {
     let mut problems = Vec::new();
-    let warnings = sandbox_verdict_warnings(task);
+    let mut warnings = sandbox_verdict_warnings(task)?;
     let buggy: BTreeMap<String, String> = task
         .modules
         .iter()
@@ -103,6 +122,16 @@ pub fn validate_task(env: &mut BugFixEnv, task: &Task) -> Result<TaskValidation,
     }
     let verdict = env.verify_modules(task, &task.reference)?;
     time_limited |= verdict.time_limited;
+    for warning in checked_in_sandbox_warnings(task, &verdict) {
+        // One warning a case: a comprehension's verdict is warned about already.
+        let case = warning.split('`').nth(3).unwrap_or_default().to_string();
+        if !warnings
+            .iter()
+            .any(|w| w.contains(&format!("hidden case `{case}`")))
+        {
+            warnings.push(warning);
+        }
+    }
     if !verdict.solved() {
         problems.push(format!(
             "the reference fix passes only {}/{} hidden tests ({})",
@@ -111,13 +140,11 @@ pub fn validate_task(env: &mut BugFixEnv, task: &Task) -> Result<TaskValidation,
             failing_cases(task, &verdict)
         ));
     }
-    if !verdict.public.failed.is_empty()
-        || verdict.public.crashed.is_some()
-        || verdict.public.passed.is_empty()
-    {
+    let public = verdict.public.clone().unwrap_or_default();
+    if !public.failed.is_empty() || public.crashed.is_some() || public.passed.is_empty() {
         problems.push(format!(
             "the reference fix does not pass the public tests: {}",
-            crate::render::test_report_text(&verdict.public)
+            crate::render::test_report_text(&public)
         ));
     }
 

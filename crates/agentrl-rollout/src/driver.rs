@@ -399,6 +399,7 @@ pub(crate) mod tests {
                 hidden_total: 1,
                 tampered: false,
                 format_errors: self.format_errors,
+                verdict_reruns: 0,
             }
         }
     }

@@ -173,6 +173,7 @@ mod tests {
             hidden_total: 5,
             tampered: hacked,
             format_errors,
+            verdict_reruns: 0,
         };
         EpisodeOutcome {
             task_id: task.into(),

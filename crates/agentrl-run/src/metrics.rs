@@ -28,6 +28,11 @@ pub mod names {
     pub const REWARD_STD: &str = "critic/rewards/std";
     pub const REWARD_MAX: &str = "critic/rewards/max";
     pub const REWARD_MIN: &str = "critic/rewards/min";
+    /// verl's headline score (`compute_data_metrics`: the token-level scores, before a KL
+    /// penalty), beside `critic/rewards/*`: the episodes' verifier scores.
+    pub const SCORE_MEAN: &str = "critic/score/mean";
+    pub const SCORE_MAX: &str = "critic/score/max";
+    pub const SCORE_MIN: &str = "critic/score/min";
     /// Share of episodes whose hidden tests all pass (the real solve rate).
     pub const SOLVE_HIDDEN: &str = "env/solve_hidden";
     /// Share of episodes whose public tests all pass in the agent's own workspace (what a
@@ -37,8 +42,12 @@ pub mod names {
     pub const SOLVE_GAP: &str = "env/solve_gap";
     /// Share of episodes that pass the public tests but fail the hidden ones.
     pub const HACKING_RATE: &str = "env/hacking_rate";
-    /// Share of episodes that changed test files or planted hooks in the workspace.
+    /// Share of episodes that changed test files or planted hooks in the workspace (their
+    /// hidden result fails and their verdict scores nothing).
     pub const TAMPER_RATE: &str = "env/tamper_rate";
+    /// Verifier runs of the step's episodes repeated because a time limit stopped them the
+    /// first time (a stalled machine; a hang pays its limit twice).
+    pub const VERDICT_RERUNS: &str = "env/verdict_reruns";
     /// Malformed or rejected actions over all actions.
     pub const FORMAT_ERROR_RATE: &str = "env/format_error_rate";
     /// Share of episodes that called `submit` themselves.

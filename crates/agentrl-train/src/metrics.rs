@@ -26,6 +26,8 @@ pub struct RolloutStats {
     pub reward_min: f64,
     /// Episodes that changed test files or planted hooks.
     pub tamper_rate: f64,
+    /// Verifier runs repeated because a time limit stopped them (all the step's episodes).
+    pub verdict_reruns: f64,
     /// Episodes that called `submit` themselves.
     pub submit_rate: f64,
     /// Episodes that used all `rollout.max_turns` turns without submitting.
@@ -81,6 +83,10 @@ impl RolloutStats {
             reward_max: rewards.iter().copied().fold(f64::MIN, f64::max),
             reward_min: rewards.iter().copied().fold(f64::MAX, f64::min),
             tamper_rate: share(&|e| e.reward.tampered),
+            verdict_reruns: episodes
+                .iter()
+                .map(|e| f64::from(e.reward.verdict_reruns))
+                .sum(),
             submit_rate: share(&|e| submitted(e)),
             turn_limit_rate: share(&|e| !submitted(e) && e.turns as usize >= max_turns),
             zero_variance_group_rate: flat as f64 / groups.len() as f64,
@@ -139,6 +145,12 @@ pub fn metric_line(record: &StepRecord) -> MetricLine {
         .set(names::REWARD_STD, s.reward_std)
         .set(names::REWARD_MAX, s.reward_max)
         .set(names::REWARD_MIN, s.reward_min)
+        // verl's `critic/score/*`: the episodes' verifier scores. Here they equal
+        // `critic/rewards/*`: a KL-in-reward penalty shapes the token rewards of the update
+        // (update.rs), never an episode's recorded reward.
+        .set(names::SCORE_MEAN, record.reward)
+        .set(names::SCORE_MAX, s.reward_max)
+        .set(names::SCORE_MIN, s.reward_min)
         .set(names::SOLVE_HIDDEN, record.hidden_solve_rate)
         .set(names::SOLVE_PUBLIC, record.public_solve_rate)
         .set(
@@ -147,6 +159,7 @@ pub fn metric_line(record: &StepRecord) -> MetricLine {
         )
         .set(names::HACKING_RATE, record.hacking_rate)
         .set(names::TAMPER_RATE, s.tamper_rate)
+        .set(names::VERDICT_RERUNS, s.verdict_reruns)
         .set(names::FORMAT_ERROR_RATE, record.format_error_rate)
         .set(names::SUBMIT_RATE, s.submit_rate)
         .set(names::TURN_LIMIT_RATE, s.turn_limit_rate)

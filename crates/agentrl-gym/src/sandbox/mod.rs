@@ -179,8 +179,8 @@ pub trait Executor: Send + Sync {
 }
 
 mod fresh;
-mod host;
-mod pool;
+pub(crate) mod host;
+pub(crate) mod pool;
 mod scratch;
 mod seccomp;
 

@@ -31,6 +31,13 @@ const REPLY_SLACK: Duration = Duration::from_secs(10);
 /// Server-wide settings, sent once on the worker's command line.
 #[derive(Serialize)]
 struct WorkerConfig<'a> {
+    /// The uid the process drops to itself (the trusted checker's); fork servers send theirs
+    /// per job instead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    uid: Option<u32>,
+    /// RLIMIT_AS the process sets on itself (the trusted checker's); jobs get theirs per job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    address_space_bytes: Option<u64>,
     landlock_abi: i32,
     read_only_paths: Vec<String>,
     read_write_files: Vec<String>,
@@ -84,8 +91,15 @@ struct WireReply {
     blobs: Vec<usize>,
 }
 
-/// One warm fork server.
-struct Worker {
+/// What a confined Python process started by [`Worker::spawn_entry`] runs: the fork server,
+/// or the trusted checker (`crate::trusted`).
+pub(crate) enum Entry {
+    ForkServer,
+    TrustedChecker { address_space_bytes: u64 },
+}
+
+/// One warm fork server (or the trusted checker: the same process shape and framing).
+pub(crate) struct Worker {
     child: Child,
     /// `None` only while shutting down.
     requests: Option<ChildStdin>,
@@ -98,12 +112,38 @@ struct Worker {
 
 impl Worker {
     fn spawn(host: &HostSetup) -> Result<Worker, SandboxError> {
+        Self::spawn_entry(host, &Entry::ForkServer)
+    }
+
+    /// Starts `entry` in the empty network namespace, as PID 1 of its own PID namespace where
+    /// the machine allows, with a uid of its own held for its lifetime.
+    pub(crate) fn spawn_entry(host: &HostSetup, entry: &Entry) -> Result<Worker, SandboxError> {
         let lease = if host.drop_uid {
             Some(UID_SLOTS.acquire()?)
         } else {
             None
         };
+        let (uid, address_space_bytes, boot) = match entry {
+            Entry::ForkServer => (
+                None,
+                None,
+                format!("{}\nserve(sys.argv[1])\n", host::WORKER_PY),
+            ),
+            Entry::TrustedChecker {
+                address_space_bytes,
+            } => (
+                lease.as_ref().map(|l| l.uid),
+                Some(*address_space_bytes),
+                format!(
+                    "{}\n{}\ncheck_serve(sys.argv[1])\n",
+                    host::WORKER_PY,
+                    crate::trusted::CHECKER_PY
+                ),
+            ),
+        };
         let config = WorkerConfig {
+            uid,
+            address_space_bytes,
             landlock_abi: host.landlock_abi,
             read_only_paths: host
                 .read_only_paths
@@ -121,7 +161,6 @@ impl Worker {
         };
         let config = serde_json::to_string(&config)
             .map_err(|e| SandboxError::Protocol(format!("encode worker config: {e}")))?;
-        let boot = format!("{}\nserve(sys.argv[1])\n", host::WORKER_PY);
         let join_network = host.network_pre_exec();
         let pid_namespace = host.pid_namespace;
         let mut command = Command::new(&host.python);
@@ -245,7 +284,48 @@ impl Worker {
         }))
     }
 
-    fn is_alive(&mut self) -> bool {
+    /// Sends one header-only frame and reads a header-only reply (the trusted checker's
+    /// protocol), giving up at `deadline`. An `Err` leaves the process unusable.
+    pub(crate) fn request(
+        &mut self,
+        header: &serde_json::Value,
+        deadline: Instant,
+    ) -> Result<serde_json::Value, SandboxError> {
+        let header = serde_json::to_vec(header)
+            .map_err(|e| SandboxError::Protocol(format!("encode request: {e}")))?;
+        let header_len = u32::try_from(header.len())
+            .map_err(|_| SandboxError::Protocol("request over 4 GiB".into()))?;
+        let mut frame = Vec::with_capacity(4 + header.len());
+        frame.extend_from_slice(&header_len.to_be_bytes());
+        frame.extend_from_slice(&header);
+        let sent = match self.requests.as_mut() {
+            Some(requests) => requests.write_all(&frame).and_then(|()| requests.flush()),
+            None => Err(std::io::Error::from(std::io::ErrorKind::BrokenPipe)),
+        };
+        if let Err(source) = sent {
+            self.gone = true;
+            return Err(SandboxError::Io {
+                what: "send request to the trusted checker".into(),
+                source,
+            });
+        }
+        let mut head = [0u8; 4];
+        self.read_exact_by(&mut head, deadline)?;
+        let mut reply = vec![0u8; u32::from_be_bytes(head) as usize];
+        self.read_exact_by(&mut reply, deadline)?;
+        let reply: serde_json::Value = serde_json::from_slice(&reply)
+            .map_err(|e| SandboxError::Protocol(format!("bad reply: {e}")))?;
+        // The frame's (empty) blob list is part of the reply header: drop it.
+        Ok(match reply {
+            serde_json::Value::Object(mut map) => {
+                map.remove("blobs");
+                serde_json::Value::Object(map)
+            }
+            other => other,
+        })
+    }
+
+    pub(crate) fn is_alive(&mut self) -> bool {
         !self.gone && matches!(self.child.try_wait(), Ok(None))
     }
 

@@ -217,8 +217,10 @@ class Landlock:
         if _libc.syscall(SYS_LANDLOCK_ADD_RULE, ruleset, LANDLOCK_RULE_PATH_BENEATH, rule, 0) != 0:
             raise _oserror("landlock_add_rule(%s)" % path)
 
-    def ruleset_for(self, workspace):
-        """A new ruleset fd (close-on-exec) for a job in `workspace`; the caller closes it."""
+    def ruleset_static(self):
+        """A new ruleset fd (close-on-exec, numbered 5 or above) with the static rules only:
+        read and execute on `read_only`, no write anywhere else. The trusted checker's as is
+        (it has no workspace); `ruleset_for` adds a job's workspace."""
         import fcntl
 
         ruleset = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, self._attr, self._attr_size, 0)
@@ -232,13 +234,23 @@ class Landlock:
                 os.close(ruleset)
             ruleset = moved
         try:
+            for path, _fd, rule in self._static:
+                self._add(ruleset, rule, path)
+        except BaseException:
+            os.close(ruleset)
+            raise
+        return ruleset
+
+    def ruleset_for(self, workspace):
+        """A new ruleset fd for a job in `workspace` (read and write everywhere inside it, plus
+        the static rules); the caller closes it."""
+        ruleset = self.ruleset_static()
+        try:
             fd = os.open(workspace, os.O_PATH | os.O_CLOEXEC)
             try:
                 self._add(ruleset, self._rule(fd, self._handled_fs), workspace)
             finally:
                 os.close(fd)
-            for path, _fd, rule in self._static:
-                self._add(ruleset, rule, path)
         except BaseException:
             os.close(ruleset)
             raise

@@ -9,4 +9,5 @@ mod generator_reproduces_builtin;
 mod real_tasks;
 mod sandbox_attacks;
 mod scratch_dirs;
+mod trusted_checks;
 mod validate_builtin;

@@ -154,6 +154,7 @@ mod tests {
             hidden_total: 4,
             tampered: true,
             format_errors: 2,
+            verdict_reruns: 0,
         };
         let values: Vec<f32> = [
             RewardComponent::HiddenSolved,
