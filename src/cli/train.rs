@@ -59,6 +59,10 @@ pub struct EvalArgs {
     /// pass@k's k; also the number of samples per task (at least the config's eval.samples).
     #[arg(long)]
     pub k: Option<usize>,
+    /// Samples per task (default: 10, or --k, and at least the config's eval.samples): the
+    /// report's pass@k and pass^k need n ≥ k samples, so 10 gives k = 1, 5 and 10.
+    #[arg(long)]
+    pub samples: Option<usize>,
     /// Sampling temperature (0 = greedy; default: the run's eval.temperature).
     #[arg(long, allow_negative_numbers = true)]
     pub temperature: Option<f64>,
@@ -218,6 +222,9 @@ pub fn run_recipe(
     Ok(())
 }
 
+/// Samples per task of `agentrl eval` with no flags: enough for pass@10 and pass^10.
+const DEFAULT_EVAL_SAMPLES: usize = 10;
+
 /// What `eval` writes to RUN/eval/ and prints with --json.
 #[derive(Debug, serde::Serialize)]
 struct EvalOutput<'a> {
@@ -283,7 +290,16 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<()> {
     let absent: Vec<String> = absent.iter().map(|s| s.as_str().to_string()).collect();
     let k = args.k.unwrap_or(trainer.config.eval.samples);
     anyhow::ensure!(k >= 1, "--k must be >= 1");
-    let samples = k.max(trainer.config.eval.samples);
+    // The report's pass@k and pass^k, k in {1, 5, 10}, by the unbiased estimator need n ≥ k
+    // samples per task: 10 unless told otherwise (--samples, or --k).
+    let samples = match (args.samples, args.k) {
+        (Some(n), _) => {
+            anyhow::ensure!(n >= k, "--samples {n} must be at least --k {k}");
+            n
+        }
+        (None, Some(_)) => k.max(trainer.config.eval.samples),
+        (None, None) => DEFAULT_EVAL_SAMPLES.max(trainer.config.eval.samples),
+    };
     let temperature = args.temperature.unwrap_or(trainer.config.eval.temperature);
     anyhow::ensure!(
         temperature.is_finite() && temperature >= 0.0,

@@ -230,6 +230,9 @@ fn tensorboard_events_of_a_real_run_match_its_metrics() {
     assert_eq!(scalar_events.len(), written, "one event per scalar");
     for name in [
         "critic/rewards/mean",
+        "critic/score/mean",
+        "critic/score/max",
+        "critic/score/min",
         "actor/entropy",
         "env/solve_hidden",
         "timing_s/step",
@@ -246,6 +249,38 @@ fn tensorboard_events_of_a_real_run_match_its_metrics() {
             .collect();
         assert_eq!(from_events.len(), 25, "{name}");
         assert_eq!(from_events, from_jsonl, "{name}");
+    }
+}
+
+#[test]
+fn eval_with_no_flags_reports_pass_at_and_pass_hat_at_1_5_and_10() {
+    // Its own run folder: `eval_writes_a_markdown_and_json_report` reads the healthy run's
+    // eval/ at the same time.
+    let run = run_dir("kl");
+    let out = bin().args(["eval", "--run"]).arg(&run).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let json = std::fs::read_dir(run.join("eval"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "json"))
+        .unwrap();
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(doc["report"]["samples_per_task"], 10);
+    let md = std::fs::read_to_string(json.with_extension("md")).unwrap();
+    assert!(!md.contains("Not reported"), "{md}");
+    for split in doc["report"]["splits"].as_array().unwrap() {
+        for k in ["1", "5", "10"] {
+            for kind in ["pass_at", "pass_hat"] {
+                let e = &split[kind][k];
+                let (low, value, high) = (
+                    e["low"].as_f64().unwrap(),
+                    e["value"].as_f64().unwrap(),
+                    e["high"].as_f64().unwrap(),
+                );
+                assert!(low <= value && value <= high, "{kind}@{k}: {e}");
+            }
+        }
     }
 }
 

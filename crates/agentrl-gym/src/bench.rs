@@ -68,19 +68,26 @@ os.write(3, json.dumps({"run": result.testsRun, "failures": len(result.failures)
                         "errors": len(result.errors)}).encode())
 "#;
 
-/// CPU seconds (user + system) used so far by this process and its reaped descendants.
-fn cpu_seconds() -> f64 {
-    let mut total = 0.0;
+/// CPU seconds (user + system) and minor page faults so far of this process and its reaped
+/// descendants. Copy-on-write faults are what a forked job mostly costs, so the bench reports
+/// them beside the CPU time.
+fn usage() -> (f64, f64) {
+    let (mut cpu, mut faults) = (0.0, 0.0);
     for who in [libc::RUSAGE_SELF, libc::RUSAGE_CHILDREN] {
         // SAFETY: usage is a valid rusage to fill in.
         let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
         if unsafe { libc::getrusage(who, &mut usage) } == 0 {
             for t in [usage.ru_utime, usage.ru_stime] {
-                total += t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+                cpu += t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
             }
+            faults += usage.ru_minflt as f64;
         }
     }
-    total
+    (cpu, faults)
+}
+
+fn cpu_seconds() -> f64 {
+    usage().0
 }
 
 /// The verdict half of the report.
@@ -93,6 +100,8 @@ struct VerdictBench {
     pool_verdicts_per_s: f64,
     pool_jobs_per_verdict: f64,
     pool_cpu_ms_per_case: f64,
+    /// Minor page faults per case, everything included (mostly copy-on-write after forks).
+    pool_page_faults_per_case: f64,
     /// What the CPU cost allows on `threads` otherwise idle cores.
     pool_case_execs_per_s_if_cores_idle: f64,
     /// One fresh `python3` per hidden case.
@@ -100,6 +109,7 @@ struct VerdictBench {
     baseline_verdicts_per_s: f64,
     baseline_jobs_per_verdict: f64,
     baseline_cpu_ms_per_case: f64,
+    baseline_page_faults_per_case: f64,
     /// pool case executions/s over the baseline's.
     case_ratio: f64,
     pool_verdicts: u64,
@@ -258,19 +268,23 @@ pub fn run(json: bool) -> anyhow::Result<()> {
     // Splits and the trusted checker start outside the measured windows.
     crate::verify::verify(&fresh, &task, &task.reference, &Limits::default(), false)
         .context("warm-up verdict")?;
-    let cpu_before = cpu_seconds();
+    let before = usage();
     let (baseline_verdicts_per_s, baseline_verdicts) =
         measure_verdicts(&fresh, &task, workers, true).context("baseline verdicts")?;
-    let baseline_verdict_cpu = cpu_seconds() - cpu_before;
-    let cpu_before = cpu_seconds();
+    let after = usage();
+    let (baseline_verdict_cpu, baseline_faults) = (after.0 - before.0, after.1 - before.1);
+    let before = usage();
     drop(warm_pool(workers, &workspaces)?);
-    let startup_cpu = cpu_seconds() - cpu_before;
-    let cpu_before = cpu_seconds();
+    let after = usage();
+    let startup = (after.0 - before.0, after.1 - before.1);
+    let before = usage();
     let pool = warm_pool(workers, &workspaces)?;
     let (pool_verdicts_per_s, pool_verdicts) =
         measure_verdicts(&pool, &task, workers, false).context("pool verdicts")?;
     drop(pool);
-    let pool_verdict_cpu = (cpu_seconds() - cpu_before - startup_cpu).max(0.0);
+    let after = usage();
+    let pool_verdict_cpu = (after.0 - before.0 - startup.0).max(0.0);
+    let pool_faults = (after.1 - before.1 - startup.1).max(0.0);
     let per_case_ms = |cpu: f64, verdicts: u64| {
         if verdicts > 0 {
             cpu * 1e3 / (verdicts as f64 * cases as f64)
@@ -286,11 +300,14 @@ pub fn run(json: bool) -> anyhow::Result<()> {
         pool_verdicts_per_s,
         pool_jobs_per_verdict: 1.0,
         pool_cpu_ms_per_case,
+        pool_page_faults_per_case: pool_faults / (pool_verdicts.max(1) * cases as u64) as f64,
         pool_case_execs_per_s_if_cores_idle: workers as f64 * 1e3 / pool_cpu_ms_per_case,
         baseline_case_execs_per_s: baseline_verdicts_per_s * cases as f64,
         baseline_verdicts_per_s,
         baseline_jobs_per_verdict: cases as f64,
         baseline_cpu_ms_per_case: per_case_ms(baseline_verdict_cpu, baseline_verdicts),
+        baseline_page_faults_per_case: baseline_faults
+            / (baseline_verdicts.max(1) * cases as u64) as f64,
         case_ratio: if baseline_verdicts_per_s > 0.0 {
             pool_verdicts_per_s / baseline_verdicts_per_s
         } else {
@@ -359,24 +376,26 @@ pub fn run(json: bool) -> anyhow::Result<()> {
             MEASURE_FOR.as_secs_f64()
         );
         println!(
-            "{:<28}{:>12}{:>12}{:>10}{:>14}",
-            "executor", "cases/s", "verdicts/s", "jobs/v", "cpu ms/case"
+            "{:<28}{:>12}{:>12}{:>10}{:>14}{:>14}",
+            "executor", "cases/s", "verdicts/s", "jobs/v", "cpu ms/case", "faults/case"
         );
         println!(
-            "{:<28}{:>12.1}{:>12.1}{:>10.0}{:>14.2}",
+            "{:<28}{:>12.1}{:>12.1}{:>10.0}{:>14.2}{:>14.0}",
             "fresh python3 per case",
             v.baseline_case_execs_per_s,
             v.baseline_verdicts_per_s,
             v.baseline_jobs_per_verdict,
-            v.baseline_cpu_ms_per_case
+            v.baseline_cpu_ms_per_case,
+            v.baseline_page_faults_per_case
         );
         println!(
-            "{:<28}{:>12.1}{:>12.1}{:>10.0}{:>14.2}",
-            format!("verdict tree on the pool"),
+            "{:<28}{:>12.1}{:>12.1}{:>10.0}{:>14.2}{:>14.0}",
+            "verdict tree on the pool",
             v.pool_case_execs_per_s,
             v.pool_verdicts_per_s,
             v.pool_jobs_per_verdict,
-            v.pool_cpu_ms_per_case
+            v.pool_cpu_ms_per_case,
+            v.pool_page_faults_per_case
         );
         println!(
             "ratio tree/fresh: {:.1}x; on {workers} idle cores (from its CPU cost): {:.0} cases/s",

@@ -7,9 +7,12 @@
 //!
 //! Module map, in data-flow order: [`task`] (task folders, splits; format in `TASKS.md`) →
 //! [`env`] (`BugFixEnv`: workspaces and tools, outcome cache) → [`harness`] (the Python programs
-//! run in the [`sandbox`], and trusted parsing of their results) → [`verify`] (hidden tests on a
-//! pristine harness, one process per hidden case, tamper check) → [`check`] (trusted-side
-//! comparison of what a case returned with its expectation) → [`reward`] (`RewardFn`).
+//! run in the [`sandbox`], and trusted parsing of their results) → [`verify`] (hidden tests as
+//! one warm job tree per verdict, a forked process per hidden case; re-runs of time-limited
+//! cases; tamper check) → [`trusted`] (the checker process: a case's check split from its calls
+//! under test and evaluated where no candidate code runs) → [`check`] (trusted-side comparison
+//! of what a case returned with its expectation) → [`reward`] (`RewardFn`; a tampered
+//! workspace earns no verdict).
 //! [`expert`] scripts the calls that solve a task (SFT demonstrations). [`render`] turns
 //! observations into chat text or TinyAgent symbols; [`validate`] checks task folders and
 //! measures a random policy. With the `cli` feature, `cli` is `agentrl gym …` and

@@ -437,9 +437,14 @@ fn play_and_run_drive_the_env_from_text() {
         .collect();
     assert_eq!(lines.len(), 4);
     assert_eq!(lines[0]["result"]["ok"], true);
+    // The fix beside an exploited test file: tampered, so its hidden result fails and it
+    // scores nothing.
     let last = &lines[3];
-    assert_eq!(last["hidden_passed"], last["hidden_total"]);
     assert_eq!(last["tampered"], true);
+    assert_eq!(last["hidden_passed"], 0);
+    assert_eq!(last["hidden_total"], 5);
+    assert_eq!(last["reward"], 0.0);
+    assert_eq!(last["solved"], false);
     let err = run_actions(
         tasks,
         TASK,
