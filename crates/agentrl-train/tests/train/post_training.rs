@@ -136,8 +136,11 @@ fn dpo_loss_falls_and_the_margin_grows_on_fixed_pairs() -> anyhow::Result<()> {
         (start.loss - std::f64::consts::LN_2).abs() < 1e-4,
         "{start:?}"
     );
+    // 32 updates: since a tampered workspace scores nothing, episodes that exploit the test
+    // file beside a real edit are rejected ones, the hardest pairs to rank: 8 updates ranked
+    // 14 of 15 (loss 0.57, margin 0.28), 16 still 14 (0.49, 0.53), 32 all 15 (0.34, 1.05).
     let mut last = start;
-    for _ in 0..8 {
+    for _ in 0..32 {
         last = trainer.dpo_update(&chosen, &rejected, &reference, 1e-3, false)?;
     }
     let end = trainer.dpo_update(&chosen, &rejected, &reference, 1e-3, true)?;
