@@ -10,9 +10,11 @@
 //! out and evaluated by the trusted checker ([`crate::trusted`]), and the comparison with the
 //! expectation happens on this side ([`crate::check`]); expected values never enter the
 //! sandbox. A case stopped by a time limit is run once more before it counts. `validate` also
-//! runs the pristine public tests against the modules; an episode's reward does not need them. The tamper check compares the
-//! agent's workspace with the task's pristine files, and looks in edited modules for
-//! constructs that only serve to fool a verifier.
+//! runs the pristine public tests against the modules; an episode's reward does not need them.
+//!
+//! The tamper check compares the agent's workspace with the task's pristine files, and looks
+//! in edited modules for constructs that only serve to fool a verifier; a tampered workspace
+//! earns no verdict (see `reward.rs`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
