@@ -10,7 +10,7 @@
 
 use candle_core::{Device, Result, Tensor, Var};
 
-use crate::policy::{Policy, PolicyOutput};
+use crate::policy::{ForUpdate, Policy, PolicyOutput};
 
 /// A `[V, V]` previous-token logit bias (0 = allowed; a large negative value = never).
 #[derive(Debug, Clone)]
@@ -74,9 +74,8 @@ impl<P: Policy> ConstrainedPolicy<P> {
     }
 }
 
-impl<P: Policy> Policy for ConstrainedPolicy<P> {
-    fn forward(&self, ids: &Tensor) -> Result<PolicyOutput> {
-        let out = self.inner.forward(ids)?;
+impl<P: Policy> ConstrainedPolicy<P> {
+    fn biased(&self, ids: &Tensor, out: PolicyOutput) -> Result<PolicyOutput> {
         Ok(match &self.bias {
             Some(bias) => PolicyOutput {
                 logits: (out.logits + bias.for_ids(ids)?)?,
@@ -84,6 +83,34 @@ impl<P: Policy> Policy for ConstrainedPolicy<P> {
             },
             None => out,
         })
+    }
+}
+
+impl<P: Policy> Policy for ConstrainedPolicy<P> {
+    fn forward(&self, ids: &Tensor) -> Result<PolicyOutput> {
+        self.biased(ids, self.inner.forward(ids)?)
+    }
+    fn forward_for_update(&self, ids: &Tensor) -> Result<ForUpdate> {
+        let ForUpdate { output, pending } = self.inner.forward_for_update(ids)?;
+        Ok(ForUpdate {
+            output: self.biased(ids, output)?,
+            pending,
+        })
+    }
+    fn forward_at_for_update(&self, ids: &Tensor, positions: &Tensor) -> Result<ForUpdate> {
+        let ForUpdate { output, pending } = self.inner.forward_at_for_update(ids, positions)?;
+        let output = match &self.bias {
+            Some(bias) => {
+                // The bias of a position is the row of its input token.
+                let previous = ids.flatten_all()?.index_select(positions, 0)?;
+                PolicyOutput {
+                    logits: (output.logits + bias.table.embedding(&previous)?)?,
+                    values: output.values,
+                }
+            }
+            None => output,
+        };
+        Ok(ForUpdate { output, pending })
     }
     fn vocab_size(&self) -> usize {
         self.inner.vocab_size()

@@ -19,5 +19,5 @@ pub mod weights;
 
 pub use constrained::{ConstrainedPolicy, LogitBias};
 pub use device::best_device;
-pub use policy::{Policy, PolicyOutput};
+pub use policy::{ForUpdate, PendingGradients, Policy, PolicyOutput};
 pub use tiny::{KvCache, TinyAgent, TinyConfig, TinyOutput};

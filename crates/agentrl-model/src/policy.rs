@@ -9,6 +9,7 @@
 
 use std::path::Path;
 
+use candle_core::backprop::GradStore;
 use candle_core::{Device, Result, Tensor, Var};
 
 /// What a full forward pass returns.
@@ -19,6 +20,54 @@ pub struct PolicyOutput {
     /// Value estimates `V(s_t)` from a value head, `[B, T]` f32 (PPO's critic,
     /// ALGORITHMS.md §2); `None` for a policy without one.
     pub values: Option<Tensor>,
+}
+
+/// Gradients a policy computes itself, outside candle's graph, once candle's backward pass has
+/// run: TinyAgent's trunk runs as explicit loops ([`crate::tiny`], "Training forward") and
+/// leaves here the backward pass from its output to its weights.
+pub trait PendingGradients {
+    /// Reads the gradients candle's backward pass left in `grads` (at the leaf the policy
+    /// handed to the graph) and adds the policy's own into `grads`, so an optimizer sees the
+    /// full gradient of every trainable variable.
+    fn complete(self: Box<Self>, grads: &mut GradStore) -> anyhow::Result<()>;
+}
+
+/// A training forward pass: the output, and the part of the backward pass candle's graph does
+/// not hold ([`PendingGradients::complete`] must run after `loss.backward()`, before the
+/// gradients are read). `pending` is `None` where the whole pass is in candle's graph.
+pub struct ForUpdate {
+    pub output: PolicyOutput,
+    pub pending: Option<Box<dyn PendingGradients>>,
+}
+
+impl ForUpdate {
+    /// Runs the pending part of the backward pass, if any.
+    pub fn complete(
+        pending: Option<Box<dyn PendingGradients>>,
+        grads: &mut GradStore,
+    ) -> anyhow::Result<()> {
+        match pending {
+            Some(pending) => pending.complete(grads),
+            None => Ok(()),
+        }
+    }
+}
+
+impl PolicyOutput {
+    /// The output at a subset of positions (u32 `[N]`, indexing the batch's `B*T` positions
+    /// row-major): logits `[N, V]` and values `[N]`.
+    pub fn at(self, positions: &Tensor) -> Result<PolicyOutput> {
+        let (b, t, v) = self.logits.dims3()?;
+        let logits = self
+            .logits
+            .reshape((b * t, v))?
+            .index_select(positions, 0)?;
+        let values = match self.values {
+            Some(values) => Some(values.reshape(b * t)?.index_select(positions, 0)?),
+            None => None,
+        };
+        Ok(PolicyOutput { logits, values })
+    }
 }
 
 /// A causal language-model policy the trainer can score and update.
@@ -32,14 +81,23 @@ pub trait Policy {
     /// overrides this to project just those hidden states onto the vocabulary (Qwen3's
     /// 151,936-entry head over every prompt token would dominate the step's memory).
     fn forward_at(&self, ids: &Tensor, positions: &Tensor) -> Result<PolicyOutput> {
-        let out = self.forward(ids)?;
-        let (b, t, v) = out.logits.dims3()?;
-        let logits = out.logits.reshape((b * t, v))?.index_select(positions, 0)?;
-        let values = match out.values {
-            Some(values) => Some(values.reshape(b * t)?.index_select(positions, 0)?),
-            None => None,
-        };
-        Ok(PolicyOutput { logits, values })
+        self.forward(ids)?.at(positions)
+    }
+    /// [`Policy::forward`] for an update: the same output, possibly computed partly outside
+    /// candle's graph, whose gradients [`ForUpdate::pending`] then completes. The default is
+    /// `forward` with nothing pending.
+    fn forward_for_update(&self, ids: &Tensor) -> Result<ForUpdate> {
+        Ok(ForUpdate {
+            output: self.forward(ids)?,
+            pending: None,
+        })
+    }
+    /// [`Policy::forward_at`] for an update (see [`Policy::forward_for_update`]).
+    fn forward_at_for_update(&self, ids: &Tensor, positions: &Tensor) -> Result<ForUpdate> {
+        Ok(ForUpdate {
+            output: self.forward_at(ids, positions)?,
+            pending: None,
+        })
     }
     /// Size of the output vocabulary (last dimension of the logits).
     fn vocab_size(&self) -> usize;
@@ -66,6 +124,12 @@ impl<P: Policy + ?Sized> Policy for &P {
     }
     fn forward_at(&self, ids: &Tensor, positions: &Tensor) -> Result<PolicyOutput> {
         (**self).forward_at(ids, positions)
+    }
+    fn forward_for_update(&self, ids: &Tensor) -> Result<ForUpdate> {
+        (**self).forward_for_update(ids)
+    }
+    fn forward_at_for_update(&self, ids: &Tensor, positions: &Tensor) -> Result<ForUpdate> {
+        (**self).forward_at_for_update(ids, positions)
     }
     fn vocab_size(&self) -> usize {
         (**self).vocab_size()

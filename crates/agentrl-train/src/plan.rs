@@ -8,11 +8,15 @@
 //! The model of memory is this implementation's, counted tensor by tensor (f32 compute):
 //! - **weights** in their dtype; **gradients** and AdamW's two moments in f32 for the
 //!   trainable ones (all of TinyAgent; the LoRA factors of Qwen3, or every weight without);
-//! - **activations per micro-batch**: what autograd keeps for the backward pass, per token and
-//!   layer (the block's inputs, norms, projections, MLP branches; attention keeps no `T × T`
-//!   matrix, its backward recomputes the probabilities), plus the head: TinyAgent scores the
-//!   full vocabulary at every position, Qwen3 only at the loss positions
-//!   (`Policy::forward_at`); the backward pass adds one layer's gradients at a time;
+//! - **activations per micro-batch**: what the backward pass needs, per token and layer, plus
+//!   the head at the loss positions (`Policy::forward_at_for_update`). Qwen3 goes through
+//!   candle's autograd (the block's inputs, norms, projections, MLP branches; attention keeps
+//!   no `T × T` matrix, its backward recomputes the probabilities; the backward pass adds one
+//!   layer's gradients at a time). TinyAgent's trunk runs as explicit loops
+//!   (`agentrl_model::tiny`, "Training forward"): its tape keeps eight hidden-size and two
+//!   MLP-size rows per token and layer plus each head's attention probabilities (`T` per
+//!   token), one set of backward buffers, and a copy of the weights; the tape is kept between
+//!   steps for the next one, so it also counts in the rollout's peak;
 //! - **KV cache** of a rollout batch: keys and values of every live episode, at the engine's
 //!   dtype, up to `model.max_seq` tokens.
 //!
@@ -39,6 +43,18 @@ const VOCAB_ROWS: f64 = 11.0;
 /// More rows when the entropy bonus is trained (`entropy_coef != 0`): its softmax,
 /// log-softmax and product stay in the graph, with their gradients.
 const VOCAB_ROWS_ENTROPY_BONUS: f64 = 5.0;
+/// TinyAgent's explicit trunk, per token and layer: the block's input, both norms' outputs,
+/// the QKV projection (three), the attention output and the residual after it (hidden-size
+/// rows); the MLP's up projection and its GELU (MLP-size rows); and the attention
+/// probabilities, one row of `T` per head (`tiny/trunk.rs`, `BlockTape`).
+const TAPE_HIDDEN_PER_LAYER: f64 = 8.0;
+const TAPE_MLP_PER_LAYER: f64 = 2.0;
+/// The explicit trunk's backward buffers per token (hidden-size: the residual's gradient,
+/// the norms' input and output gradients, the attention output's, and QKV's three; MLP-size:
+/// the GELU's input and output gradients), and the trunk's output handed to candle with its
+/// gradient and the final norm's output (three hidden-size rows).
+const TAPE_SCRATCH_HIDDEN: f64 = 7.0 + 3.0;
+const TAPE_SCRATCH_MLP: f64 = 2.0;
 /// More rows for TinyAgent's action grammar (`ConstrainedPolicy`): the gathered bias and the
 /// biased logits.
 const VOCAB_ROWS_GRAMMAR: f64 = 2.0;
@@ -57,8 +73,10 @@ pub struct ModelShape {
     pub kv_width: usize,
     /// Bytes per weight (2 for bf16, 4 for f32).
     pub weight_bytes: usize,
-    /// Whether the LM head is computed only at the loss positions (Qwen3) or at every one.
-    pub head_at_loss_positions: bool,
+    /// Whether the trunk runs as explicit loops with a tape (TinyAgent) rather than through
+    /// candle's autograd (Qwen3).
+    pub explicit_trunk: bool,
+    pub attention_heads: usize,
     /// Whether a logit bias (TinyAgent's action grammar) is added to every row.
     pub grammar_bias: bool,
 }
@@ -87,7 +105,8 @@ impl ModelShape {
             vocab: codec.vocab().len(),
             kv_width: m.d_model,
             weight_bytes: 4,
-            head_at_loss_positions: false,
+            explicit_trunk: true,
+            attention_heads: m.heads,
             grammar_bias: config.model.action_vocab
                 != agentrl_chat::tiny::grammar::ActionVocab::Full,
         })
@@ -142,7 +161,8 @@ impl ModelShape {
             vocab: q.vocab_size,
             kv_width: q.num_key_value_heads * q.head_dim,
             weight_bytes,
-            head_at_loss_positions: true,
+            explicit_trunk: false,
+            attention_heads: q.num_attention_heads,
             grammar_bias: false,
         })
     }
@@ -220,11 +240,6 @@ impl StepPlan {
         };
         let gradients = shape.trainable as f64 * F32;
         let optimizer = 2.0 * shape.trainable as f64 * F32;
-        let scored = if shape.head_at_loss_positions {
-            loss_tokens
-        } else {
-            tokens
-        };
         let (h, mlp, layers) = (shape.hidden as f64, shape.mlp as f64, shape.layers as f64);
         let per_token_layer = SAVED_HIDDEN_PER_LAYER * h + SAVED_MLP_PER_LAYER * mlp;
         let microbatch_tokens = (per_microbatch * tokens) as f64;
@@ -235,10 +250,25 @@ impl StepPlan {
         if shape.grammar_bias {
             vocab_rows += VOCAB_ROWS_GRAMMAR;
         }
-        // Saved activations of every layer, one layer's gradients in flight, and the head.
-        let activations = F32
-            * (microbatch_tokens * per_token_layer * (layers + 1.0)
-                + (per_microbatch * scored) as f64 * vocab_rows * shape.vocab as f64);
+        let head = (per_microbatch * loss_tokens) as f64 * vocab_rows * shape.vocab as f64;
+        // The explicit trunk's tape (kept between steps) and its copy of the weights; candle's
+        // saved activations of every layer with one layer's gradients in flight otherwise.
+        let (trunk, tape) = if shape.explicit_trunk {
+            let per_token = layers
+                * (TAPE_HIDDEN_PER_LAYER * h
+                    + TAPE_MLP_PER_LAYER * mlp
+                    + (shape.attention_heads * tokens) as f64)
+                + TAPE_SCRATCH_HIDDEN * h
+                + TAPE_SCRATCH_MLP * mlp;
+            let tape = F32 * microbatch_tokens * per_token;
+            (tape + F32 * shape.parameters as f64, tape)
+        } else {
+            (
+                F32 * microbatch_tokens * per_token_layer * (layers + 1.0),
+                0.0,
+            )
+        };
+        let activations = trunk + F32 * head;
         let engine_bytes = if config.engine.dtype == "bf16" {
             2.0
         } else {
@@ -271,7 +301,7 @@ impl StepPlan {
             activations_per_microbatch: activations,
             kv_cache,
             update_peak: weights + reference + gradients + optimizer + activations,
-            rollout_peak: weights + reference + engine_copy + kv_cache,
+            rollout_peak: weights + reference + engine_copy + kv_cache + tape,
             model: shape,
         }
     }

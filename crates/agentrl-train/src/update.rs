@@ -14,10 +14,15 @@
 //! and its rejected tokens leave the loss mask of the policy, KL, entropy and value terms. The
 //! advantages are computed on the original mask, so a rejected episode's reward still counts
 //! in its group's statistics, as verl's outcome estimators sum rewards over every position.
+//!
+//! The policy is scored through [`Policy::forward_at_for_update`]: a policy may run part of its
+//! forward pass outside candle's graph (TinyAgent's trunk), and the backward pass it still owes
+//! ([`ForUpdate::complete`]) runs right after `loss.backward()`, before the gradients are
+//! clipped, so clipping and AdamW see every variable's full gradient.
 
 use std::collections::BTreeMap;
 
-use agentrl_model::Policy;
+use agentrl_model::{ForUpdate, PendingGradients, Policy};
 use agentrl_rl::{
     aggregate, apply_kl_to_rewards, compute_advantages_with, compute_policy_loss,
     entropy_bonus_loss, entropy_from_logits, kl_loss, masked_mean_value,
@@ -117,6 +122,9 @@ struct Scored {
     values: Option<Tensor>,
     positions: Tensor,
     shape: (usize, usize),
+    /// The part of the backward pass the policy runs itself ([`Policy::forward_for_update`]);
+    /// dropped by the passes that take no gradient.
+    pending: Option<Box<dyn PendingGradients>>,
 }
 
 impl Scored {
@@ -156,8 +164,11 @@ fn score(
     }
     let n = positions.len();
     let positions = Tensor::from_vec(positions, n, ids.device())?;
-    let out = policy
-        .forward_at(ids, &positions)
+    let ForUpdate {
+        output: out,
+        pending,
+    } = policy
+        .forward_at_for_update(ids, &positions)
         .context("trainer forward")?;
     let logits = if temperature == 1.0 {
         out.logits
@@ -176,6 +187,7 @@ fn score(
         values: None,
         positions,
         shape: (b, t),
+        pending,
     };
     scored.logp = scored.scatter(&logp_n)?;
     if let Some(values) = out.values {
@@ -390,7 +402,7 @@ pub fn update_with(
                 ..AggScale::default()
             };
 
-            let scored = score(setup.policy, &ids, &targets, &mask, setup.temperature)?;
+            let mut scored = score(setup.policy, &ids, &targets, &mask, setup.temperature)?;
             let logp = scored.logp.clone();
             let values = scored.values.clone();
             if let PolicyLoss::ClipCov { seed, .. } = &mut policy_loss_kind {
@@ -483,6 +495,8 @@ pub fn update_with(
                 scalar(&pg.loss)?
             );
             let mut grads = loss.backward().context("backward pass")?;
+            ForUpdate::complete(scored.pending.take(), &mut grads)
+                .context("backward pass (the policy's own part)")?;
             let norm = clip_grad_norm(&mut grads, vars, setup.grad_clip)?;
             optimizer.step(&grads, setup.lr)?;
 

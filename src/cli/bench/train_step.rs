@@ -6,7 +6,8 @@
 //! episodes' rewards (ALGORITHMS.md §4), forward over `[B, T]` ids, log-softmax gathered at the
 //! targets, the PPO clipped surrogate on the token ratio against the sampling log-probs (§3),
 //! the entropy bonus (§12), `seq-mean-token-mean` aggregation (§17), backward, global
-//! gradient-norm clipping and AdamW. The inputs are synthetic but shaped like a real batch (a
+//! gradient-norm clipping and AdamW. TinyAgent's trunk runs as explicit loops there
+//! (`agentrl_model::tiny`, "Training forward"), as in every training run. The inputs are synthetic but shaped like a real batch (a
 //! loss mask over about a third of the positions, groups of 4 with 0/1 rewards). The timed
 //! model is the transformer with its LM and value heads; the pointer head
 //! (`TinyConfig::pointer_markers`) is left out on both sides, since random ids hold no

@@ -2,16 +2,19 @@
 //! from the fused QKV projection `[B, T, 3·D]` and written as `[B, T, D]`.
 //!
 //! Data flow: TinyAgent's block, training forward: `dense(rms_norm(x), W_qkv)` → this →
-//! the output projection. One head per rayon task, skipping the masked half; the backward pass
-//! recomputes the probabilities per query row instead of storing them. Composed from candle
-//! ops, this part of the training step cost about 45% of it: a thousand small batched GEMMs per
-//! step, each with a thread-pool round trip.
+//! the output projection (as a candle op here, and on plain slices in TinyAgent's explicit
+//! trunk, which keeps the probabilities for its backward pass). One head per rayon task; each
+//! head is a few small GEMMs over blocks of query rows, so a block of queries only meets the
+//! keys up to its last row (the masked corner above the diagonal is skipped, block by block).
+//! Composed from candle ops, this part of the training step cost about 45% of it: a thousand
+//! small batched GEMMs per step, each with a thread-pool round trip; as per-row dot products it
+//! was still 39% of the step (`perf`, issue 25), bound by loads and stores, not arithmetic.
 
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
 use super::exp::exp;
-use super::{f32_data, lane_sum};
+use super::{f32_data, gemm_into, lane_sum, Operand};
 
 /// `Σ a[i]·b[i]` with eight independent partial sums, so the compiler can vectorise it without
 /// reassociating floating-point adds.
@@ -32,13 +35,8 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     sum
 }
 
-/// `y += alpha · x`.
-#[inline(always)]
-fn axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
-    for (y, &x) in y.iter_mut().zip(x) {
-        *y += alpha * x;
-    }
-}
+/// Query rows per block: a block meets the keys up to its last row only.
+const ROW_BLOCK: usize = 32;
 
 /// Calls `shape.kernel(args…)` through a copy compiled for AVX2 where the CPU has it (the
 /// default x86-64 target assumes only SSE2, which halves the width of the kernels' loops). The
@@ -68,11 +66,19 @@ struct AttentionShape {
     b: usize,
     t: usize,
     d: usize,
-    heads: usize,
     dh: usize,
 }
 
 impl AttentionShape {
+    fn from_dims((b, t, d): (usize, usize, usize), heads: usize) -> Self {
+        Self {
+            b,
+            t,
+            d,
+            dh: d / heads,
+        }
+    }
+
     fn of(op: &str, layout: &Layout, heads: usize) -> Result<Self> {
         let (b, t, three_d) = layout.shape().dims3()?;
         if heads == 0 || three_d % (3 * heads) != 0 {
@@ -83,45 +89,8 @@ impl AttentionShape {
             b,
             t,
             d,
-            heads,
             dh: d / heads,
         })
-    }
-
-    /// Start of `part` (0 = Q, 1 = K, 2 = V) of head `h` at position `i` of row `b` in `qkv`.
-    fn at(&self, b: usize, i: usize, part: usize, h: usize) -> usize {
-        (b * self.t + i) * 3 * self.d + part * self.d + h * self.dh
-    }
-
-    /// Part `part` (1 = K, 2 = V) of head `(b, h)` transposed to `[Dh, T]`, so that loops over
-    /// key positions run over contiguous memory.
-    #[inline(always)]
-    fn transposed(&self, qkv: &[f32], b: usize, h: usize, part: usize) -> Vec<f32> {
-        let mut out = vec![0f32; self.dh * self.t];
-        for j in 0..self.t {
-            let row = &qkv[self.at(b, j, part, h)..][..self.dh];
-            for (l, &x) in row.iter().enumerate() {
-                out[l * self.t + j] = x;
-            }
-        }
-        out
-    }
-
-    /// The normalised attention probabilities of query `q` at position `i` into `p[..=i]`,
-    /// given the head's keys transposed (`kt [Dh, T]`).
-    #[inline(always)]
-    fn probabilities(&self, q: &[f32], kt: &[f32], i: usize, scale: f32, p: &mut [f32]) {
-        let p = &mut p[..=i];
-        p.fill(0.0);
-        for (l, &ql) in q.iter().enumerate() {
-            axpy(p, ql, &kt[l * self.t..l * self.t + i + 1]);
-        }
-        let max = p.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-        for pj in p.iter_mut() {
-            *pj = exp((*pj - max) * scale);
-        }
-        let inv = 1.0 / lane_sum(p);
-        p.iter_mut().for_each(|pj| *pj *= inv);
     }
 
     /// Runs `f` in a function compiled with AVX2 enabled; `#[inline(always)]` kernels called
@@ -135,54 +104,126 @@ impl AttentionShape {
         f(self)
     }
 
-    /// Forward pass of head `bh = b·H + h` into `out [T, Dh]`.
+    /// Head `h`'s part `part` (0 = Q, 1 = K, 2 = V) inside one batch row's `qkv [T, 3·D]`,
+    /// from position `row` on: rows `3·D` apart.
+    fn part<'a>(&self, qkv_b: &'a [f32], h: usize, part: usize, row: usize) -> &'a [f32] {
+        &qkv_b[row * 3 * self.d + part * self.d + h * self.dh..]
+    }
+
+    /// Head `h`'s probabilities for one batch row into `p [T, T]`: row `i` holds `P[i, ..=i]`
+    /// and zeros up to the end of its row block (the rest of the row is never read).
     #[inline(always)]
-    fn forward_head(&self, qkv: &[f32], scale: f32, bh: usize, out: &mut [f32]) {
-        let (t, dh) = (self.t, self.dh);
-        let (b, h) = (bh / self.heads, bh % self.heads);
-        let kt = self.transposed(qkv, b, h, 1);
-        let vt = self.transposed(qkv, b, h, 2);
-        let mut p = vec![0f32; t];
-        for i in 0..t {
-            let q = &qkv[self.at(b, i, 0, h)..][..dh];
-            self.probabilities(q, &kt, i, scale, &mut p);
-            for (l, o) in out[i * dh..(i + 1) * dh].iter_mut().enumerate() {
-                *o = dot(&p[..=i], &vt[l * t..l * t + i + 1]);
+    fn probabilities(&self, qkv_b: &[f32], scale: f32, h: usize, p: &mut [f32]) {
+        let (t, dh, stride) = (self.t, self.dh, 3 * self.d);
+        for r0 in (0..t).step_by(ROW_BLOCK) {
+            let r1 = (r0 + ROW_BLOCK).min(t);
+            gemm_into(
+                &mut p[r0 * t..],
+                t,
+                (r1 - r0, r1, dh),
+                Operand::rows(self.part(qkv_b, h, 0, r0), stride),
+                Operand::transposed(self.part(qkv_b, h, 1, 0), stride),
+                false,
+                false,
+            );
+            for i in r0..r1 {
+                let row = &mut p[i * t..i * t + r1];
+                let (seen, masked) = row.split_at_mut(i + 1);
+                masked.fill(0.0);
+                let max = seen.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                for pj in seen.iter_mut() {
+                    *pj = exp((*pj - max) * scale);
+                }
+                let inv = 1.0 / lane_sum(seen);
+                seen.iter_mut().for_each(|pj| *pj *= inv);
             }
         }
     }
 
-    /// Backward pass of head `bh` into `grads [3, T, Dh]`: dQ as is, dK and dV transposed
-    /// (`[Dh, T]`, transposed back by the caller).
-    #[inline(always)]
-    fn backward_head(&self, qkv: &[f32], d_out: &[f32], scale: f32, bh: usize, grads: &mut [f32]) {
-        let (t, dh) = (self.t, self.dh);
-        let (b, h) = (bh / self.heads, bh % self.heads);
-        let (dq, rest) = grads.split_at_mut(t * dh);
-        let (dkt, dvt) = rest.split_at_mut(t * dh);
-        let kt = self.transposed(qkv, b, h, 1);
-        let vt = self.transposed(qkv, b, h, 2);
-        let mut p = vec![0f32; t];
-        let mut ds = vec![0f32; t];
-        for i in 0..t {
-            let q = &qkv[self.at(b, i, 0, h)..][..dh];
-            self.probabilities(q, &kt, i, scale, &mut p);
-            let g = &d_out[(b * t + i) * self.d + h * dh..][..dh];
-            let dp = &mut ds[..=i];
-            dp.fill(0.0);
-            for (l, &gl) in g.iter().enumerate() {
-                axpy(dp, gl, &vt[l * t..l * t + i + 1]);
+    /// Forward pass of head `h` of one batch row into its columns of `out_b [T, D]`, given
+    /// its probabilities.
+    fn forward_head(&self, qkv_b: &[f32], p: &[f32], h: usize, out_b: &mut [f32]) {
+        let (t, dh, stride) = (self.t, self.dh, 3 * self.d);
+        for r0 in (0..t).step_by(ROW_BLOCK) {
+            let r1 = (r0 + ROW_BLOCK).min(t);
+            gemm_into(
+                &mut out_b[r0 * self.d + h * dh..],
+                self.d,
+                (r1 - r0, dh, r1),
+                Operand::rows(&p[r0 * t..], t),
+                Operand::rows(self.part(qkv_b, h, 2, 0), stride),
+                false,
+                false,
+            );
+        }
+    }
+
+    /// Backward pass of head `h` of one batch row into its columns of `d_qkv_b [T, 3·D]`
+    /// (zeroed by the caller, since dK and dV accumulate over query blocks), given its
+    /// probabilities: per block of query rows, `dP = dO Vᵀ`,
+    /// `dS = scale · P ⊙ (dP − rowsum(P ⊙ dP))`, `dQ = dS K`, `dK += dSᵀ Q`, `dV += Pᵀ dO`.
+    #[allow(clippy::too_many_arguments)]
+    fn backward_head(
+        &self,
+        qkv_b: &[f32],
+        d_out_b: &[f32],
+        p: &[f32],
+        scale: f32,
+        h: usize,
+        ds: &mut [f32],
+        d_qkv_b: &mut [f32],
+    ) {
+        let (t, dh, d, stride) = (self.t, self.dh, self.d, 3 * self.d);
+        for r0 in (0..t).step_by(ROW_BLOCK) {
+            let r1 = (r0 + ROW_BLOCK).min(t);
+            let rows = r1 - r0;
+            let d_out_rows = Operand::rows(&d_out_b[r0 * d + h * dh..], d);
+            gemm_into(
+                ds,
+                t,
+                (rows, r1, dh),
+                d_out_rows,
+                Operand::transposed(self.part(qkv_b, h, 2, 0), stride),
+                false,
+                false,
+            );
+            for i in r0..r1 {
+                let pr = &p[i * t..i * t + i + 1];
+                let row = &mut ds[(i - r0) * t..(i - r0) * t + r1];
+                let (seen, masked) = row.split_at_mut(i + 1);
+                masked.fill(0.0);
+                let row_dot = dot(pr, seen);
+                for (dsj, &pj) in seen.iter_mut().zip(pr) {
+                    *dsj = scale * pj * (*dsj - row_dot);
+                }
             }
-            let row_dot = dot(&p[..=i], dp);
-            for (dsj, &pj) in dp.iter_mut().zip(&p[..=i]) {
-                *dsj = scale * pj * (*dsj - row_dot);
-            }
-            let ds = &ds[..=i];
-            for l in 0..dh {
-                dq[i * dh + l] = dot(ds, &kt[l * t..l * t + i + 1]);
-                axpy(&mut dkt[l * t..l * t + i + 1], q[l], ds);
-                axpy(&mut dvt[l * t..l * t + i + 1], g[l], &p[..=i]);
-            }
+            gemm_into(
+                &mut d_qkv_b[r0 * stride + h * dh..],
+                stride,
+                (rows, dh, r1),
+                Operand::rows(ds, t),
+                Operand::rows(self.part(qkv_b, h, 1, 0), stride),
+                false,
+                false,
+            );
+            gemm_into(
+                &mut d_qkv_b[d + h * dh..],
+                stride,
+                (r1, dh, rows),
+                Operand::transposed(ds, t),
+                Operand::rows(self.part(qkv_b, h, 0, r0), stride),
+                true,
+                false,
+            );
+            gemm_into(
+                &mut d_qkv_b[2 * d + h * dh..],
+                stride,
+                (r1, dh, rows),
+                Operand::transposed(&p[r0 * t..], t),
+                d_out_rows,
+                true,
+                false,
+            );
         }
     }
 }
@@ -200,22 +241,9 @@ impl CustomOp1 for CausalAttention {
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
         let qkv = f32_data(self.name(), storage, layout)?;
         let sh = AttentionShape::of(self.name(), layout, self.heads)?;
-        let (t, dh) = (sh.t, sh.dh);
-        // Per head `[B·H, T, Dh]` (each task owns one chunk), then interleaved into `[B, T, D]`.
-        let mut per_head = vec![0f32; sh.b * sh.heads * t * dh];
-        per_head
-            .par_chunks_mut(t * dh)
-            .enumerate()
-            .for_each(|(bh, out)| simd_dispatch!(sh.forward_head(qkv, self.scale, bh, out)));
+        let t = sh.t;
         let mut out = vec![0f32; sh.b * t * sh.d];
-        for b in 0..sh.b {
-            for h in 0..sh.heads {
-                for i in 0..t {
-                    out[(b * t + i) * sh.d + h * dh..][..dh]
-                        .copy_from_slice(&per_head[((b * sh.heads + h) * t + i) * dh..][..dh]);
-                }
-            }
-        }
+        attention_forward(qkv, (sh.b, t, sh.d), self.heads, self.scale, &mut out, None);
         Ok((CpuStorage::F32(out), Shape::from((sh.b, t, sh.d))))
     }
 
@@ -254,7 +282,7 @@ impl CustomOp2 for CausalAttentionBackward {
         let qkv = f32_data(self.name(), s1, l1)?;
         let d_out = f32_data(self.name(), s2, l2)?;
         let sh = AttentionShape::of(self.name(), l1, self.heads)?;
-        let (t, dh) = (sh.t, sh.dh);
+        let t = sh.t;
         if l2.shape().dims() != [sh.b, t, sh.d] {
             candle_core::bail!(
                 "{}: gradient shape {:?}, expected [{}, {t}, {}]",
@@ -264,33 +292,90 @@ impl CustomOp2 for CausalAttentionBackward {
                 sh.d
             );
         }
-        // Per head `[B·H, 3, T, Dh]`: dQ, dK, dV of that head.
-        let mut per_head = vec![0f32; sh.b * sh.heads * 3 * t * dh];
-        per_head
-            .par_chunks_mut(3 * t * dh)
-            .enumerate()
-            .for_each(|(bh, grads)| {
-                simd_dispatch!(sh.backward_head(qkv, d_out, self.scale, bh, grads))
-            });
         let mut out = vec![0f32; sh.b * t * 3 * sh.d];
-        for b in 0..sh.b {
-            for h in 0..sh.heads {
-                let base = (b * sh.heads + h) * 3 * t * dh;
-                for i in 0..t {
-                    out[sh.at(b, i, 0, h)..][..dh]
-                        .copy_from_slice(&per_head[base + i * dh..][..dh]);
-                    for part in 1..3 {
-                        let transposed = &per_head[base + part * t * dh..][..t * dh];
-                        let row = &mut out[sh.at(b, i, part, h)..][..dh];
-                        for (l, x) in row.iter_mut().enumerate() {
-                            *x = transposed[l * t + i];
-                        }
-                    }
-                }
-            }
-        }
+        attention_backward(
+            qkv,
+            d_out,
+            None,
+            (sh.b, t, sh.d),
+            self.heads,
+            self.scale,
+            &mut out,
+        );
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
+}
+
+/// [`causal_attention`] on plain slices: `qkv [B, T, 3·D]` → `out [B, T, D]` (every element
+/// written), for `(B, T, D)` = `dims`. Where `probs` is given (`[B·H, T, T]`), each head's
+/// probabilities are kept there for [`attention_backward`]. The op and TinyAgent's explicit
+/// trunk share it.
+pub(crate) fn attention_forward(
+    qkv: &[f32],
+    dims: (usize, usize, usize),
+    heads: usize,
+    scale: f32,
+    out: &mut [f32],
+    probs: Option<&mut [f32]>,
+) {
+    let sh = AttentionShape::from_dims(dims, heads);
+    let (t, d) = (sh.t, sh.d);
+    // One batch row per task: its output rows `[T, D]` and its heads' probabilities are its own.
+    let row = |b: usize, out_b: &mut [f32], probs_b: &mut [f32]| {
+        let qkv_b = &qkv[b * t * 3 * d..][..t * 3 * d];
+        for (h, p) in probs_b.chunks_exact_mut(t * t).enumerate() {
+            simd_dispatch!(sh.probabilities(qkv_b, scale, h, p));
+            sh.forward_head(qkv_b, p, h, out_b);
+        }
+    };
+    match probs {
+        Some(probs) => out
+            .par_chunks_mut(t * d)
+            .zip(probs.par_chunks_mut(heads * t * t))
+            .enumerate()
+            .for_each(|(b, (out_b, probs_b))| row(b, out_b, probs_b)),
+        None => out
+            .par_chunks_mut(t * d)
+            .enumerate()
+            .for_each(|(b, out_b)| row(b, out_b, &mut vec![0f32; heads * t * t])),
+    }
+}
+
+/// The gradient of [`attention_forward`] with respect to `qkv`, given `d_out [B, T, D]`, into
+/// `d_qkv [B, T, 3·D]` (every element written); `probs` are the forward pass's kept
+/// probabilities, or `None` to recompute them.
+pub(crate) fn attention_backward(
+    qkv: &[f32],
+    d_out: &[f32],
+    probs: Option<&[f32]>,
+    dims: (usize, usize, usize),
+    heads: usize,
+    scale: f32,
+    d_qkv: &mut [f32],
+) {
+    let sh = AttentionShape::from_dims(dims, heads);
+    let (t, d) = (sh.t, sh.d);
+    d_qkv
+        .par_chunks_mut(t * 3 * d)
+        .enumerate()
+        .for_each(|(b, d_qkv_b)| {
+            d_qkv_b.fill(0.0);
+            let qkv_b = &qkv[b * t * 3 * d..][..t * 3 * d];
+            let d_out_b = &d_out[b * t * d..][..t * d];
+            let mut ds = vec![0f32; ROW_BLOCK * t];
+            let mut recomputed = Vec::new();
+            for h in 0..heads {
+                let p = match probs {
+                    Some(probs) => &probs[(b * heads + h) * t * t..][..t * t],
+                    None => {
+                        recomputed.resize(t * t, 0f32);
+                        simd_dispatch!(sh.probabilities(qkv_b, scale, h, &mut recomputed));
+                        &recomputed[..]
+                    }
+                };
+                simd_dispatch!(sh.backward_head(qkv_b, d_out_b, p, scale, h, &mut ds, d_qkv_b));
+            }
+        });
 }
 
 /// Causal multi-head attention from a fused QKV projection: `qkv [B, T, 3·D]` holds Q, K and V

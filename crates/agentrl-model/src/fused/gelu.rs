@@ -20,17 +20,7 @@ impl CustomOp1 for Gelu {
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
         let x = f32_data(self.name(), storage, layout)?;
         let mut out = vec![0f32; x.len()];
-        let row = 4096.min(x.len().max(1));
-        for_rows(&mut out, row, |r, chunk| {
-            let xs = &x[r * row..r * row + chunk.len()];
-            with_simd(|| {
-                for (o, &v) in chunk.iter_mut().zip(xs) {
-                    // 0.5·(1 + tanh(z)) = sigmoid(2z): one `exp` instead of libm's slow `tanhf`.
-                    let z = SQRT_2_OVER_PI * (v + GELU_C * v * v * v);
-                    *o = v / (1.0 + exp(-2.0 * z));
-                }
-            })
-        });
+        gelu_forward(x, &mut out);
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
 
@@ -59,23 +49,43 @@ impl CustomOp2 for GeluBackward {
         let x = f32_data(self.name(), s1, l1)?;
         let dy = f32_data(self.name(), s2, l2)?;
         let mut out = vec![0f32; x.len()];
-        let row = 4096.min(x.len().max(1));
-        for_rows(&mut out, row, |r, chunk| {
-            let base = r * row;
-            let (xs, dys) = (&x[base..base + chunk.len()], &dy[base..base + chunk.len()]);
-            with_simd(|| {
-                for ((o, &v), &g) in chunk.iter_mut().zip(xs).zip(dys) {
-                    // gelu = v·s with s = sigmoid(2z): d/dv = s + v·2s(1−s)·dz/dv.
-                    let z = SQRT_2_OVER_PI * (v + GELU_C * v * v * v);
-                    let sig = 1.0 / (1.0 + exp(-2.0 * z));
-                    let dz = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * v * v);
-                    let d = sig + v * 2.0 * sig * (1.0 - sig) * dz;
-                    *o = g * d;
-                }
-            })
-        });
+        gelu_backward(x, dy, &mut out);
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
+}
+
+/// [`gelu`] on plain slices, `x` into `out`.
+pub(crate) fn gelu_forward(x: &[f32], out: &mut [f32]) {
+    let row = 4096.min(x.len().max(1));
+    for_rows(out, row, |r, chunk| {
+        let xs = &x[r * row..r * row + chunk.len()];
+        with_simd(|| {
+            for (o, &v) in chunk.iter_mut().zip(xs) {
+                // 0.5·(1 + tanh(z)) = sigmoid(2z): one `exp` instead of libm's slow `tanhf`.
+                let z = SQRT_2_OVER_PI * (v + GELU_C * v * v * v);
+                *o = v / (1.0 + exp(-2.0 * z));
+            }
+        })
+    });
+}
+
+/// The gradient of [`gelu_forward`], `dy ⊙ gelu'(x)` into `out`.
+pub(crate) fn gelu_backward(x: &[f32], dy: &[f32], out: &mut [f32]) {
+    let row = 4096.min(x.len().max(1));
+    for_rows(out, row, |r, chunk| {
+        let base = r * row;
+        let (xs, dys) = (&x[base..base + chunk.len()], &dy[base..base + chunk.len()]);
+        with_simd(|| {
+            for ((o, &v), &g) in chunk.iter_mut().zip(xs).zip(dys) {
+                // gelu = v·s with s = sigmoid(2z): d/dv = s + v·2s(1−s)·dz/dv.
+                let z = SQRT_2_OVER_PI * (v + GELU_C * v * v * v);
+                let sig = 1.0 / (1.0 + exp(-2.0 * z));
+                let dz = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * v * v);
+                let d = sig + v * 2.0 * sig * (1.0 - sig) * dz;
+                *o = g * d;
+            }
+        })
+    });
 }
 
 /// Tanh-approximated GELU (same function as candle's `Tensor::gelu`), differentiable.

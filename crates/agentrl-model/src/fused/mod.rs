@@ -26,7 +26,13 @@
 //! [`log_softmax_gather`], which Qwen3 also calls: it converts to f32 itself and, off the CPU,
 //! falls back to composed candle ops that do record a backward pass.
 //!
-//! One file per op; this file holds the shared plumbing (input access, row parallelism).
+//! The attention, GELU and RMSNorm kernels also work on plain slices (`attention_forward`,
+//! `gelu_forward`, `rms_norm_forward` and their backward passes), which TinyAgent's explicit
+//! trunk (`crate::tiny`, `trunk.rs`) composes with `gemm_into`; the candle ops above call the
+//! same functions, so there is one kernel per op.
+//!
+//! One file per op; this file holds the shared plumbing (input access, row parallelism, the
+//! one GEMM entry point).
 
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, Layout, Result};
@@ -46,6 +52,11 @@ pub use causal_softmax::causal_softmax;
 pub use gelu::gelu;
 pub use log_softmax_gather::log_softmax_gather;
 pub use rms_norm::rms_norm;
+
+// The same kernels on plain slices, for TinyAgent's trunk (`crate::tiny`'s training forward).
+pub(crate) use causal_attention::{attention_backward, attention_forward};
+pub(crate) use gelu::{gelu_backward, gelu_forward};
+pub(crate) use rms_norm::{rms_norm_backward, rms_norm_forward};
 
 /// The contiguous f32 data of an input, or an error naming the op.
 fn f32_data<'a>(op: &str, storage: &'a CpuStorage, layout: &Layout) -> Result<&'a [f32]> {
@@ -101,6 +112,100 @@ fn lane_sum(xs: &[f32]) -> f32 {
         }
     }
     lanes.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>()
+}
+
+/// A matrix operand of [`gemm_into`]: its data and its row and column strides (so a transposed
+/// operand, or one head's columns inside a wider row, is a view without a copy).
+#[derive(Clone, Copy)]
+pub(crate) struct Operand<'a> {
+    pub data: &'a [f32],
+    pub row_stride: usize,
+    pub col_stride: usize,
+}
+
+impl<'a> Operand<'a> {
+    /// A row-major matrix whose rows are `row_stride` apart.
+    pub fn rows(data: &'a [f32], row_stride: usize) -> Self {
+        Self {
+            data,
+            row_stride,
+            col_stride: 1,
+        }
+    }
+
+    /// The transpose of a row-major matrix whose rows are `row_stride` apart.
+    pub fn transposed(data: &'a [f32], row_stride: usize) -> Self {
+        Self {
+            data,
+            row_stride: 1,
+            col_stride: row_stride,
+        }
+    }
+
+    fn reaches(&self, rows: usize, cols: usize) -> bool {
+        rows == 0
+            || cols == 0
+            || (rows - 1) * self.row_stride + (cols - 1) * self.col_stride < self.data.len()
+    }
+}
+
+/// `dst [m, n] (+)= lhs [m, k] · rhs [k, n]` through the `gemm` crate (the GEMM candle's CPU
+/// backend calls), `dst` row-major with rows `dst_row_stride` apart; `accumulate` adds to what
+/// `dst` holds. `parallel` splits the product over the current rayon pool; callers that already
+/// run one task per head pass `false`. The split is over output blocks, never over `k`, so the
+/// result does not depend on the thread count.
+///
+/// # Panics
+/// If an operand's strides reach outside its slice (a bug in the caller's shapes, never user
+/// data: every shape here comes from a validated config).
+pub(crate) fn gemm_into(
+    dst: &mut [f32],
+    dst_row_stride: usize,
+    (m, n, k): (usize, usize, usize),
+    lhs: Operand<'_>,
+    rhs: Operand<'_>,
+    accumulate: bool,
+    parallel: bool,
+) {
+    assert!(
+        m == 0 || n == 0 || (m - 1) * dst_row_stride + n <= dst.len(),
+        "gemm_into: destination too small"
+    );
+    assert!(
+        lhs.reaches(m, k) && rhs.reaches(k, n),
+        "gemm_into: operand too small"
+    );
+    let threads = rayon::current_num_threads();
+    let parallelism = if parallel && threads > 1 {
+        gemm::Parallelism::Rayon(threads)
+    } else {
+        gemm::Parallelism::None
+    };
+    // SAFETY: the asserts above keep every element the strides reach inside its slice; `dst`
+    // is borrowed exclusively, so it aliases neither input.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            dst_row_stride as isize,
+            accumulate,
+            lhs.data.as_ptr(),
+            lhs.col_stride as isize,
+            lhs.row_stride as isize,
+            rhs.data.as_ptr(),
+            rhs.col_stride as isize,
+            rhs.row_stride as isize,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            parallelism,
+        );
+    }
 }
 
 /// Rows below this many elements in total are processed on one thread (rayon's fork/join costs

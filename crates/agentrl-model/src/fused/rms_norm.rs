@@ -38,17 +38,9 @@ impl CustomOp2 for RmsNorm {
     ) -> Result<(CpuStorage, Shape)> {
         let x = f32_data(self.name(), s1, l1)?;
         let w = f32_data(self.name(), s2, l2)?;
-        let (_, d) = rms_dims(self.name(), l1, l2)?;
-        let eps = self.eps;
+        rms_dims(self.name(), l1, l2)?;
         let mut out = vec![0f32; x.len()];
-        for_rows(&mut out, d, |r, row| {
-            let xr = &x[r * d..(r + 1) * d];
-            let ms = xr.iter().map(|v| v * v).sum::<f32>() / d as f32;
-            let inv = 1.0 / (ms + eps).sqrt();
-            for ((o, &v), &wv) in row.iter_mut().zip(xr).zip(w) {
-                *o = v * inv * wv;
-            }
-        });
+        rms_norm_forward(x, w, self.eps, &mut out);
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
@@ -97,46 +89,73 @@ impl CustomOp3 for RmsNormBackward {
         let w = f32_data(self.name(), s2, l2)?;
         let dy = f32_data(self.name(), s3, l3)?;
         let (n, d) = rms_dims(self.name(), l1, l2)?;
-        let eps = self.eps;
         let mut out = vec![0f32; n * d + d];
         let (dx, dw) = out.split_at_mut(n * d);
-        // dx rows in parallel, each also returning its dw contribution; sum those in order so
-        // the result does not depend on scheduling.
-        let row_dw = |r: usize, row: &mut [f32]| -> Vec<f32> {
-            let xr = &x[r * d..(r + 1) * d];
-            let gr = &dy[r * d..(r + 1) * d];
-            let ms = xr.iter().map(|v| v * v).sum::<f32>() / d as f32;
-            let inv = 1.0 / (ms + eps).sqrt();
-            let mut dot = 0f32;
-            for k in 0..d {
-                dot += gr[k] * w[k] * xr[k] * inv;
-            }
-            let mean = dot / d as f32;
-            let mut contrib = vec![0f32; d];
-            for k in 0..d {
-                let xhat = xr[k] * inv;
-                row[k] = inv * (gr[k] * w[k] - xhat * mean);
-                contrib[k] = gr[k] * xhat;
-            }
-            contrib
-        };
-        const ROWS_PER_TASK: usize = 64;
-        let partials: Vec<Vec<f32>> = dx
-            .par_chunks_mut(d * ROWS_PER_TASK)
-            .enumerate()
-            .map(|(chunk, rows)| {
-                let mut acc = vec![0f32; d];
-                for (i, row) in rows.chunks_mut(d).enumerate() {
-                    let c = row_dw(chunk * ROWS_PER_TASK + i, row);
-                    acc.iter_mut().zip(&c).for_each(|(a, b)| *a += b);
-                }
-                acc
-            })
-            .collect();
-        for p in partials {
-            dw.iter_mut().zip(&p).for_each(|(a, b)| *a += b);
-        }
+        rms_norm_backward(x, w, dy, self.eps, dx, dw);
         Ok((CpuStorage::F32(out), Shape::from(n * d + d)))
+    }
+}
+
+/// [`rms_norm`] on plain slices: rows of `x` (each `w.len()` long) into `out`.
+pub(crate) fn rms_norm_forward(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let d = w.len();
+    for_rows(out, d, |r, row| {
+        let xr = &x[r * d..(r + 1) * d];
+        let ms = xr.iter().map(|v| v * v).sum::<f32>() / d as f32;
+        let inv = 1.0 / (ms + eps).sqrt();
+        for ((o, &v), &wv) in row.iter_mut().zip(xr).zip(w) {
+            *o = v * inv * wv;
+        }
+    });
+}
+
+/// The gradient of [`rms_norm_forward`]: `dx` for every row and `dw` (both overwritten), given
+/// `dy`.
+pub(crate) fn rms_norm_backward(
+    x: &[f32],
+    w: &[f32],
+    dy: &[f32],
+    eps: f32,
+    dx: &mut [f32],
+    dw: &mut [f32],
+) {
+    let d = w.len();
+    dw.fill(0.0);
+    // dx rows in parallel, each also returning its dw contribution; sum those in order so
+    // the result does not depend on scheduling.
+    let row_dw = |r: usize, row: &mut [f32]| -> Vec<f32> {
+        let xr = &x[r * d..(r + 1) * d];
+        let gr = &dy[r * d..(r + 1) * d];
+        let ms = xr.iter().map(|v| v * v).sum::<f32>() / d as f32;
+        let inv = 1.0 / (ms + eps).sqrt();
+        let mut dot = 0f32;
+        for k in 0..d {
+            dot += gr[k] * w[k] * xr[k] * inv;
+        }
+        let mean = dot / d as f32;
+        let mut contrib = vec![0f32; d];
+        for k in 0..d {
+            let xhat = xr[k] * inv;
+            row[k] = inv * (gr[k] * w[k] - xhat * mean);
+            contrib[k] = gr[k] * xhat;
+        }
+        contrib
+    };
+    const ROWS_PER_TASK: usize = 64;
+    let partials: Vec<Vec<f32>> = dx
+        .par_chunks_mut(d * ROWS_PER_TASK)
+        .enumerate()
+        .map(|(chunk, rows)| {
+            let mut acc = vec![0f32; d];
+            for (i, row) in rows.chunks_mut(d).enumerate() {
+                let c = row_dw(chunk * ROWS_PER_TASK + i, row);
+                acc.iter_mut().zip(&c).for_each(|(a, b)| *a += b);
+            }
+            acc
+        })
+        .collect();
+    for p in partials {
+        dw.iter_mut().zip(&p).for_each(|(a, b)| *a += b);
     }
 }
 

@@ -28,29 +28,43 @@
 //! backward passes ([`crate::fused`]); the ragged incremental path uses `ops::softmax`. The
 //! test `every_parameter_gets_a_finite_nonzero_gradient` guards this.
 //!
+//! Training forward: the update scores a batch through [`TinyAgent::forward_at_for_update`],
+//! which runs the trunk (embeddings and blocks, about 95% of a step's FLOPs) as explicit loops
+//! outside candle's graph (`trunk.rs`) and hands its output to candle as a leaf variable; the
+//! heads, the pointer head and the loss stay in candle, and the returned
+//! [`PendingGradients`] runs the trunk's backward pass from that leaf's gradient once candle's
+//! backward pass is done. Through candle's graph the step was bound by per-op costs, not by
+//! arithmetic (ARCHITECTURE.md, "The training step's compute"). Every other caller (sampling,
+//! evaluation, SFT, DPO) goes through [`TinyAgent::forward`]; a test ties the two paths'
+//! outputs and every gradient together.
+//!
 //! Weights live in one [`VarMap`] and are initialised from a seeded ChaCha generator (candle's
 //! CPU RNG cannot be seeded), so the same seed always gives the same model.
 //!
 //! Layout: `config.rs` ([`TinyConfig`], the shape), `block.rs` (one transformer block),
-//! `cache.rs` ([`KvCache`], the decoding state), `pointer.rs` (the pointer head); this file
+//! `cache.rs` ([`KvCache`], the decoding state), `pointer.rs` (the pointer head), `trunk.rs`
+//! (the training forward's explicit trunk and its backward pass); this file
 //! holds the model itself: weights, initialisation, save/load and the two forward paths.
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
+use candle_core::backprop::GradStore;
 use candle_core::{Device, Module, Tensor, Var, D};
 use candle_nn::{Linear, VarMap};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::fused;
-use crate::policy::{Policy, PolicyOutput};
+use crate::policy::{ForUpdate, PendingGradients, Policy, PolicyOutput};
 
 mod block;
 mod cache;
 mod config;
 mod pointer;
+mod trunk;
 
 use block::{dense, AttentionMask, Block};
 use pointer::SpanScan;
@@ -81,6 +95,9 @@ pub struct TinyAgent {
     /// Pointer head projections (query from the decision state, key from a candidate span);
     /// present when `cfg.pointer_markers` is not empty.
     pointer: Option<(Tensor, Tensor)>,
+    /// The explicit trunk's last tape, handed back after its backward pass so the next
+    /// training forward refills its buffers instead of allocating them.
+    spare_tape: Arc<Mutex<Option<trunk::Tape>>>,
 }
 
 impl TinyAgent {
@@ -205,6 +222,7 @@ impl TinyAgent {
             cfg,
             varmap,
             device: device.clone(),
+            spare_tape: Arc::default(),
         })
     }
 
@@ -248,12 +266,7 @@ impl TinyAgent {
     /// The blocks over `ids [B, T]` (positions `0..T`, causal attention), before the final norm.
     fn trunk(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
         let (b, t) = ids.dims2()?;
-        if t > self.cfg.max_seq {
-            candle_core::bail!(
-                "TinyAgent forward: sequence length {t} exceeds max_seq {}",
-                self.cfg.max_seq
-            );
-        }
+        self.check_length(t)?;
         let tokens =
             self.tok_emb
                 .embedding(&ids.flatten_all()?)?
@@ -273,21 +286,206 @@ impl TinyAgent {
 
     /// Full forward over `ids [B, T]` u32 (positions `0..T`, causal attention).
     pub fn forward(&self, ids: &Tensor) -> candle_core::Result<TinyOutput> {
-        let t = ids.dim(1)?;
-        let x = self.trunk(ids)?;
-        let (mut out, h) = self.head(&x)?;
+        self.forward_from_trunk(ids, &self.trunk(ids)?)
+    }
+
+    /// [`TinyAgent::forward`] with the trunk run outside candle's graph, as explicit loops
+    /// (module `trunk`): the same output to float rounding, and the trunk's gradients are
+    /// completed by the returned [`PendingGradients`] after candle's backward pass. Falls back
+    /// to the candle forward (nothing pending) off the CPU.
+    pub fn forward_for_update(
+        &self,
+        ids: &Tensor,
+    ) -> candle_core::Result<(TinyOutput, Option<Box<dyn PendingGradients>>)> {
+        match self.explicit_trunk(ids)? {
+            Some((x, pending)) => Ok((self.forward_from_trunk(ids, &x)?, Some(pending))),
+            None => Ok((self.forward(ids)?, None)),
+        }
+    }
+
+    /// [`TinyAgent::forward_for_update`] scored at `positions` only (u32 `[N]`, indexing the
+    /// batch's `B*T` positions row-major): logits `[N, V]` and values `[N]`. The heads run on
+    /// those positions' hidden states alone, which is all an update's loss reads.
+    pub fn forward_at_for_update(
+        &self,
+        ids: &Tensor,
+        positions: &Tensor,
+    ) -> candle_core::Result<(TinyOutput, Option<Box<dyn PendingGradients>>)> {
+        match self.explicit_trunk(ids)? {
+            Some((x, pending)) => Ok((
+                self.forward_at_from_trunk(ids, &x, positions)?,
+                Some(pending),
+            )),
+            None => {
+                let out = self.forward(ids)?;
+                let (b, t, v) = out.logits.dims3()?;
+                Ok((
+                    TinyOutput {
+                        logits: out.logits.reshape((b * t, v))?.index_select(positions, 0)?,
+                        values: out.values.reshape(b * t)?.index_select(positions, 0)?,
+                    },
+                    None,
+                ))
+            }
+        }
+    }
+
+    /// The trunk of `ids` run as explicit loops (module `trunk`): its output as a leaf of
+    /// candle's graph, and the backward pass that waits for candle's. `None` off the CPU and
+    /// for an empty batch (candle's path then answers).
+    fn explicit_trunk(
+        &self,
+        ids: &Tensor,
+    ) -> candle_core::Result<Option<(Tensor, Box<dyn PendingGradients>)>> {
+        let (b, t) = ids.dims2()?;
+        if !self.device.is_cpu() || b == 0 || t == 0 {
+            return Ok(None);
+        }
+        self.check_length(t)?;
+        let weights = self.trunk_weights()?;
+        let flat_ids = ids.flatten_all()?.to_vec1::<u32>()?;
+        if let Some(&bad) = flat_ids
+            .iter()
+            .find(|&&id| id as usize >= self.cfg.vocab_size)
+        {
+            candle_core::bail!(
+                "TinyAgent forward: token id {bad} is outside the vocabulary ({})",
+                self.cfg.vocab_size
+            );
+        }
+        let reuse = self
+            .spare_tape
+            .lock()
+            .ok()
+            .and_then(|mut spare| spare.take());
+        let (x, tape) = trunk::forward(&weights, &self.cfg, &flat_ids, (b, t), reuse);
+        let leaf = Var::from_vec(x, (b, t, self.cfg.d_model), &self.device)?;
+        let pending = PendingTrunk {
+            tape: Some(tape),
+            spare: Arc::clone(&self.spare_tape),
+            weights,
+            cfg: self.cfg.clone(),
+            leaf: leaf.as_tensor().clone(),
+            params: self.trunk_params(),
+        };
+        Ok(Some((leaf.as_tensor().clone(), Box::new(pending))))
+    }
+
+    /// The heads (and the pointer head) at `positions` of the trunk's output `x [B, T, d]`.
+    fn forward_at_from_trunk(
+        &self,
+        ids: &Tensor,
+        x: &Tensor,
+        positions: &Tensor,
+    ) -> candle_core::Result<TinyOutput> {
+        let (b, t) = ids.dims2()?;
+        let (d, v) = (self.cfg.d_model, self.cfg.vocab_size);
+        let h = fused::rms_norm(x, &self.norm_final, self.cfg.rms_eps)?
+            .reshape((b * t, d))?
+            .index_select(positions, 0)?;
+        let mut logits = dense(&h, &self.lm_head)?;
+        let values = self.value_head.forward(&h)?.squeeze(D::Minus1)?;
         if self.pointer.is_some() {
-            let scans: Vec<SpanScan> = ids
-                .to_vec2::<u32>()?
+            let scans = self.scan_rows(ids)?;
+            let rows: Vec<_> = scans.iter().map(|scan| (scan, 0, t)).collect();
+            if let Some(gate) = self.pointer_gate(&rows, t)? {
+                let spans = self.encode_spans(&scans)?;
+                // Each scored position as a batch row of one: its row's spans, its gate.
+                let row_of: Vec<u32> = positions
+                    .to_vec1::<u32>()?
+                    .iter()
+                    .map(|&p| p / t as u32)
+                    .collect();
+                let n = row_of.len();
+                let row_of = Tensor::from_vec(row_of, n, &self.device)?;
+                let gate = gate
+                    .reshape((b * t, v))?
+                    .index_select(positions, 0)?
+                    .unsqueeze(1)?;
+                logits = self
+                    .apply_pointer(
+                        &logits.unsqueeze(1)?,
+                        &h.unsqueeze(1)?,
+                        &spans.index_select(&row_of, 0)?,
+                        &gate,
+                    )?
+                    .squeeze(1)?;
+            }
+        }
+        Ok(TinyOutput { logits, values })
+    }
+
+    /// Each row's candidate spans, scanned token by token.
+    fn scan_rows(&self, ids: &Tensor) -> candle_core::Result<Vec<SpanScan>> {
+        Ok(ids
+            .to_vec2::<u32>()?
+            .iter()
+            .map(|tokens| {
+                let mut scan = SpanScan::new(&self.cfg);
+                for (position, &token) in tokens.iter().enumerate() {
+                    scan.feed(token, position, &self.cfg);
+                }
+                scan
+            })
+            .collect())
+    }
+
+    fn check_length(&self, t: usize) -> candle_core::Result<()> {
+        if t > self.cfg.max_seq {
+            candle_core::bail!(
+                "TinyAgent forward: sequence length {t} exceeds max_seq {}",
+                self.cfg.max_seq
+            );
+        }
+        Ok(())
+    }
+
+    /// The trunk's weight tensors in [`trunk::TrunkWeights`]'s order (the variables' own
+    /// tensors, so a gradient inserted for one reaches the optimizer).
+    fn trunk_params(&self) -> Vec<Tensor> {
+        let mut params = vec![self.tok_emb.clone(), self.pos_emb.clone()];
+        for block in &self.blocks {
+            params.extend([
+                block.norm_attn.clone(),
+                block.qkv.clone(),
+                block.attn_out.clone(),
+                block.norm_mlp.clone(),
+                block.mlp_up.clone(),
+                block.mlp_down.clone(),
+            ]);
+        }
+        params
+    }
+
+    /// A copy of the trunk's weights for one explicit pass.
+    fn trunk_weights(&self) -> candle_core::Result<trunk::TrunkWeights> {
+        let read = |t: &Tensor| t.flatten_all()?.to_vec1::<f32>();
+        Ok(trunk::TrunkWeights {
+            tok_emb: read(&self.tok_emb)?,
+            pos_emb: read(&self.pos_emb)?,
+            blocks: self
+                .blocks
                 .iter()
-                .map(|tokens| {
-                    let mut scan = SpanScan::new(&self.cfg);
-                    for (position, &token) in tokens.iter().enumerate() {
-                        scan.feed(token, position, &self.cfg);
-                    }
-                    scan
+                .map(|block| {
+                    Ok(trunk::BlockWeights {
+                        norm_attn: read(&block.norm_attn)?,
+                        qkv: read(&block.qkv)?,
+                        attn_out: read(&block.attn_out)?,
+                        norm_mlp: read(&block.norm_mlp)?,
+                        mlp_up: read(&block.mlp_up)?,
+                        mlp_down: read(&block.mlp_down)?,
+                    })
                 })
-                .collect();
+                .collect::<candle_core::Result<_>>()?,
+        })
+    }
+
+    /// The heads (and the pointer head) over the trunk's output `x [B, T, d]` of `ids`.
+    fn forward_from_trunk(&self, ids: &Tensor, x: &Tensor) -> candle_core::Result<TinyOutput> {
+        let t = ids.dim(1)?;
+        let (mut out, h) = self.head(x)?;
+        if self.pointer.is_some() {
+            let scans = self.scan_rows(ids)?;
             let rows: Vec<_> = scans.iter().map(|scan| (scan, 0, t)).collect();
             if let Some(gate) = self.pointer_gate(&rows, t)? {
                 let spans = self.encode_spans(&scans)?;
@@ -390,12 +588,92 @@ impl TinyAgent {
     }
 }
 
+/// The trunk's backward pass, waiting for candle's: see [`TinyAgent::forward_for_update`].
+struct PendingTrunk {
+    /// Always `Some` until dropped, when it goes back to `spare`.
+    tape: Option<trunk::Tape>,
+    spare: Arc<Mutex<Option<trunk::Tape>>>,
+    weights: trunk::TrunkWeights,
+    cfg: TinyConfig,
+    /// The trunk's output as candle's graph saw it (a leaf variable).
+    leaf: Tensor,
+    /// The trunk's weight tensors, in [`trunk::TrunkWeights`]'s order.
+    params: Vec<Tensor>,
+}
+
+impl Drop for PendingTrunk {
+    fn drop(&mut self) {
+        if let (Some(tape), Ok(mut spare)) = (self.tape.take(), self.spare.lock()) {
+            *spare = Some(tape);
+        }
+    }
+}
+
+impl PendingGradients for PendingTrunk {
+    fn complete(mut self: Box<Self>, grads: &mut GradStore) -> anyhow::Result<()> {
+        // Nothing in the loss reached the trunk (an all-zero loss): no trunk gradient either.
+        let Some(d_out) = grads.remove(&self.leaf) else {
+            return Ok(());
+        };
+        let d_out = d_out.flatten_all()?.to_vec1::<f32>()?;
+        let Some(tape) = self.tape.as_mut() else {
+            anyhow::bail!("TinyAgent: the trunk's tape was already used");
+        };
+        let g = tape.backward(&self.weights, &self.cfg, &d_out);
+        let mut flat = vec![g.tok_emb, g.pos_emb];
+        for block in g.blocks {
+            flat.extend([
+                block.norm_attn,
+                block.qkv,
+                block.attn_out,
+                block.norm_mlp,
+                block.mlp_up,
+                block.mlp_down,
+            ]);
+        }
+        for (param, grad) in self.params.iter().zip(flat) {
+            let grad = Tensor::from_vec(grad, param.shape(), param.device())?;
+            // The pointer head runs candidate spans through the blocks inside candle's graph,
+            // so a trunk weight may already hold a gradient: the two add.
+            let total = match grads.remove(param) {
+                Some(earlier) => (earlier + grad)?,
+                None => grad,
+            };
+            grads.insert(param, total);
+        }
+        Ok(())
+    }
+}
+
+fn policy_output(out: TinyOutput) -> PolicyOutput {
+    PolicyOutput {
+        logits: out.logits,
+        values: Some(out.values),
+    }
+}
+
 impl Policy for TinyAgent {
     fn forward(&self, ids: &Tensor) -> candle_core::Result<PolicyOutput> {
-        let out = TinyAgent::forward(self, ids)?;
-        Ok(PolicyOutput {
-            logits: out.logits,
-            values: Some(out.values),
+        Ok(policy_output(TinyAgent::forward(self, ids)?))
+    }
+
+    fn forward_for_update(&self, ids: &Tensor) -> candle_core::Result<ForUpdate> {
+        let (out, pending) = TinyAgent::forward_for_update(self, ids)?;
+        Ok(ForUpdate {
+            output: policy_output(out),
+            pending,
+        })
+    }
+
+    fn forward_at_for_update(
+        &self,
+        ids: &Tensor,
+        positions: &Tensor,
+    ) -> candle_core::Result<ForUpdate> {
+        let (out, pending) = TinyAgent::forward_at_for_update(self, ids, positions)?;
+        Ok(ForUpdate {
+            output: policy_output(out),
+            pending,
         })
     }
 
