@@ -31,6 +31,7 @@ use agentrl_rl::{
 };
 use agentrl_rollout::{Batch, Episode};
 use anyhow::Context;
+use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var};
 use rand::seq::SliceRandom;
 use rand::Rng;
@@ -137,6 +138,17 @@ impl Scored {
             .index_add(&self.positions, &flat, 0)?
             .reshape((b, t))?)
     }
+}
+
+/// `loss.backward()` and the part of the backward pass the policy runs itself: the full
+/// gradient of every variable, ready for clipping.
+fn backward(
+    loss: &Tensor,
+    pending: Option<Box<dyn PendingGradients>>,
+) -> anyhow::Result<GradStore> {
+    let mut grads = loss.backward().context("backward pass")?;
+    ForUpdate::complete(pending, &mut grads).context("backward pass (the policy's own part)")?;
+    Ok(grads)
 }
 
 /// Scores `targets` under `logits / temperature` where `mask > 0` only
@@ -494,9 +506,7 @@ pub fn update_with(
                 "update: the loss is {loss_value} (policy loss {})",
                 scalar(&pg.loss)?
             );
-            let mut grads = loss.backward().context("backward pass")?;
-            ForUpdate::complete(scored.pending.take(), &mut grads)
-                .context("backward pass (the policy's own part)")?;
+            let mut grads = backward(&loss, scored.pending.take())?;
             let norm = clip_grad_norm(&mut grads, vars, setup.grad_clip)?;
             optimizer.step(&grads, setup.lr)?;
 
@@ -607,16 +617,15 @@ pub fn supervised_update(
     lr: f64,
     grad_clip: f64,
 ) -> anyhow::Result<f64> {
-    let logp = score(
+    let scored = score(
         policy,
         &batch.input_ids,
         &batch.targets,
         &batch.loss_mask,
         1.0,
-    )?
-    .logp;
+    )?;
     let loss = aggregate(
-        &logp.neg()?,
+        &scored.logp.neg()?,
         &batch.loss_mask,
         AggMode::TokenMean,
         &AggScale::default(),
@@ -626,14 +635,16 @@ pub fn supervised_update(
         loss_value.is_finite(),
         "supervised update: the loss is {loss_value}"
     );
-    let mut grads = loss.backward().context("backward pass")?;
+    let mut grads = backward(&loss, scored.pending)?;
     clip_grad_norm(&mut grads, vars, grad_clip)?;
     optimizer.step(&grads, lr)?;
     Ok(loss_value)
 }
 
 /// Summed log-probs of each episode's action tokens, `log π(y|x) = Σ_t m_t log π(y_t|…)`
-/// (ALGORITHMS.md §14; no length normalisation), `[B]`, differentiable in the policy.
+/// (ALGORITHMS.md §14; no length normalisation), `[B]`: the numbers an update computes (the
+/// same forward pass), detached (a gradient through them would miss the part of the
+/// backward pass a policy runs itself; the updates here score and complete it).
 pub fn sequence_log_probs_of(policy: &dyn Policy, batch: &Batch) -> anyhow::Result<Tensor> {
     let logp = score(
         policy,
@@ -643,11 +654,11 @@ pub fn sequence_log_probs_of(policy: &dyn Policy, batch: &Batch) -> anyhow::Resu
         1.0,
     )?
     .logp;
-    Ok(agentrl_rl::sequence_log_probs(&logp, &batch.loss_mask)?)
+    Ok(agentrl_rl::sequence_log_probs(&logp, &batch.loss_mask)?.detach())
 }
 
 /// `log π(target)` of each action token of `batch` under `policy` (temperature 1), `[B, T]`,
-/// 0 off the loss mask.
+/// 0 off the loss mask; detached, like [`sequence_log_probs_of`].
 pub fn token_log_probs_of(policy: &dyn Policy, batch: &Batch) -> anyhow::Result<Tensor> {
     Ok(score(
         policy,
@@ -656,7 +667,8 @@ pub fn token_log_probs_of(policy: &dyn Policy, batch: &Batch) -> anyhow::Result<
         &batch.loss_mask,
         1.0,
     )?
-    .logp)
+    .logp
+    .detach())
 }
 
 /// What one on-policy distillation update measured.
@@ -685,7 +697,14 @@ pub fn distill_update(
     grad_clip: f64,
     dry_run: bool,
 ) -> anyhow::Result<DistillMetrics> {
-    let logp = token_log_probs_of(policy, batch)?;
+    let scored = score(
+        policy,
+        &batch.input_ids,
+        &batch.targets,
+        &batch.loss_mask,
+        1.0,
+    )?;
+    let logp = scored.logp;
     let mask = &batch.loss_mask;
     let kl = agentrl_rl::reverse_kl_per_token(&logp.detach(), teacher_logp)?;
     let reverse_kl = scalar(&aggregate(
@@ -704,7 +723,7 @@ pub fn distill_update(
         let ratio = logp.sub(&logp.detach())?.exp()?;
         let surrogate = advantages.mul(&ratio)?.neg()?;
         let loss = aggregate(&surrogate, mask, AggMode::TokenMean, &AggScale::default())?;
-        let mut grads = loss.backward().context("backward pass")?;
+        let mut grads = backward(&loss, scored.pending)?;
         grad_norm = clip_grad_norm(&mut grads, vars, grad_clip)?;
         optimizer.step(&grads, lr)?;
     }
@@ -750,7 +769,14 @@ pub fn dpo_update(
         reference.len()
     );
     let p = rows / 2;
-    let logp = sequence_log_probs_of(policy, pairs)?;
+    let scored = score(
+        policy,
+        &pairs.input_ids,
+        &pairs.targets,
+        &pairs.loss_mask,
+        1.0,
+    )?;
+    let logp = agentrl_rl::sequence_log_probs(&scored.logp, &pairs.loss_mask)?;
     let reference = Tensor::from_slice(reference, rows, logp.device())?.to_dtype(logp.dtype())?;
     let out = agentrl_rl::dpo_loss(
         &logp.narrow(0, 0, p)?,
@@ -763,7 +789,7 @@ pub fn dpo_update(
     anyhow::ensure!(loss.is_finite(), "DPO update: the loss is {loss}");
     let mut grad_norm = 0.0;
     if !dry_run {
-        let mut grads = out.loss.backward().context("backward pass")?;
+        let mut grads = backward(&out.loss, scored.pending)?;
         grad_norm = clip_grad_norm(&mut grads, vars, grad_clip)?;
         optimizer.step(&grads, lr)?;
     }
