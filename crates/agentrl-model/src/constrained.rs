@@ -52,6 +52,13 @@ impl LogitBias {
             .embedding(&ids.flatten_all()?)?
             .reshape((b, t, self.vocab_size))
     }
+
+    /// [`LogitBias::for_ids`] at `positions` only (u32 `[N]`, indexing `ids`' `B*T` positions
+    /// row-major): `[N, V]`, each position's row of its own input token.
+    pub fn at_positions(&self, ids: &Tensor, positions: &Tensor) -> Result<Tensor> {
+        self.table
+            .embedding(&ids.flatten_all()?.index_select(positions, 0)?)
+    }
 }
 
 /// A policy with an optional [`LogitBias`]; without one it is the inner policy unchanged.
@@ -74,8 +81,9 @@ impl<P: Policy> ConstrainedPolicy<P> {
     }
 }
 
-impl<P: Policy> ConstrainedPolicy<P> {
-    fn biased(&self, ids: &Tensor, out: PolicyOutput) -> Result<PolicyOutput> {
+impl<P: Policy> Policy for ConstrainedPolicy<P> {
+    fn forward(&self, ids: &Tensor) -> Result<PolicyOutput> {
+        let out = self.inner.forward(ids)?;
         Ok(match &self.bias {
             Some(bias) => PolicyOutput {
                 logits: (out.logits + bias.for_ids(ids)?)?,
@@ -84,30 +92,13 @@ impl<P: Policy> ConstrainedPolicy<P> {
             None => out,
         })
     }
-}
-
-impl<P: Policy> Policy for ConstrainedPolicy<P> {
-    fn forward(&self, ids: &Tensor) -> Result<PolicyOutput> {
-        self.biased(ids, self.inner.forward(ids)?)
-    }
-    fn forward_for_update(&self, ids: &Tensor) -> Result<ForUpdate> {
-        let ForUpdate { output, pending } = self.inner.forward_for_update(ids)?;
-        Ok(ForUpdate {
-            output: self.biased(ids, output)?,
-            pending,
-        })
-    }
     fn forward_at_for_update(&self, ids: &Tensor, positions: &Tensor) -> Result<ForUpdate> {
         let ForUpdate { output, pending } = self.inner.forward_at_for_update(ids, positions)?;
         let output = match &self.bias {
-            Some(bias) => {
-                // The bias of a position is the row of its input token.
-                let previous = ids.flatten_all()?.index_select(positions, 0)?;
-                PolicyOutput {
-                    logits: (output.logits + bias.table.embedding(&previous)?)?,
-                    values: output.values,
-                }
-            }
+            Some(bias) => PolicyOutput {
+                logits: (output.logits + bias.at_positions(ids, positions)?)?,
+                values: output.values,
+            },
             None => output,
         };
         Ok(ForUpdate { output, pending })

@@ -83,16 +83,9 @@ pub trait Policy {
     fn forward_at(&self, ids: &Tensor, positions: &Tensor) -> Result<PolicyOutput> {
         self.forward(ids)?.at(positions)
     }
-    /// [`Policy::forward`] for an update: the same output, possibly computed partly outside
+    /// [`Policy::forward_at`] for an update: the same output, possibly computed partly outside
     /// candle's graph, whose gradients [`ForUpdate::pending`] then completes. The default is
-    /// `forward` with nothing pending.
-    fn forward_for_update(&self, ids: &Tensor) -> Result<ForUpdate> {
-        Ok(ForUpdate {
-            output: self.forward(ids)?,
-            pending: None,
-        })
-    }
-    /// [`Policy::forward_at`] for an update (see [`Policy::forward_for_update`]).
+    /// `forward_at` with nothing pending.
     fn forward_at_for_update(&self, ids: &Tensor, positions: &Tensor) -> Result<ForUpdate> {
         Ok(ForUpdate {
             output: self.forward_at(ids, positions)?,
@@ -124,9 +117,6 @@ impl<P: Policy + ?Sized> Policy for &P {
     }
     fn forward_at(&self, ids: &Tensor, positions: &Tensor) -> Result<PolicyOutput> {
         (**self).forward_at(ids, positions)
-    }
-    fn forward_for_update(&self, ids: &Tensor) -> Result<ForUpdate> {
-        (**self).forward_for_update(ids)
     }
     fn forward_at_for_update(&self, ids: &Tensor, positions: &Tensor) -> Result<ForUpdate> {
         (**self).forward_at_for_update(ids, positions)

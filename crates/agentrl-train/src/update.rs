@@ -123,7 +123,7 @@ struct Scored {
     values: Option<Tensor>,
     positions: Tensor,
     shape: (usize, usize),
-    /// The part of the backward pass the policy runs itself ([`Policy::forward_for_update`]);
+    /// The part of the backward pass the policy runs itself ([`Policy::forward_at_for_update`]);
     /// dropped by the passes that take no gradient.
     pending: Option<Box<dyn PendingGradients>>,
 }
@@ -206,6 +206,18 @@ fn score(
         scored.values = Some(scored.scatter(&values)?);
     }
     Ok(scored)
+}
+
+/// [`score`] of a whole batch's action tokens at temperature 1 (the supervised, distillation
+/// and DPO updates, and the scoring beside them).
+fn score_batch(policy: &dyn Policy, batch: &Batch) -> anyhow::Result<Scored> {
+    score(
+        policy,
+        &batch.input_ids,
+        &batch.targets,
+        &batch.loss_mask,
+        1.0,
+    )
 }
 
 /// Outcome rewards as `[B, T]` token rewards: `R_i` on the last action token of row `i`.
@@ -617,13 +629,7 @@ pub fn supervised_update(
     lr: f64,
     grad_clip: f64,
 ) -> anyhow::Result<f64> {
-    let scored = score(
-        policy,
-        &batch.input_ids,
-        &batch.targets,
-        &batch.loss_mask,
-        1.0,
-    )?;
+    let scored = score_batch(policy, batch)?;
     let loss = aggregate(
         &scored.logp.neg()?,
         &batch.loss_mask,
@@ -646,29 +652,14 @@ pub fn supervised_update(
 /// same forward pass), detached (a gradient through them would miss the part of the
 /// backward pass a policy runs itself; the updates here score and complete it).
 pub fn sequence_log_probs_of(policy: &dyn Policy, batch: &Batch) -> anyhow::Result<Tensor> {
-    let logp = score(
-        policy,
-        &batch.input_ids,
-        &batch.targets,
-        &batch.loss_mask,
-        1.0,
-    )?
-    .logp;
+    let logp = score_batch(policy, batch)?.logp;
     Ok(agentrl_rl::sequence_log_probs(&logp, &batch.loss_mask)?.detach())
 }
 
 /// `log π(target)` of each action token of `batch` under `policy` (temperature 1), `[B, T]`,
 /// 0 off the loss mask; detached, like [`sequence_log_probs_of`].
 pub fn token_log_probs_of(policy: &dyn Policy, batch: &Batch) -> anyhow::Result<Tensor> {
-    Ok(score(
-        policy,
-        &batch.input_ids,
-        &batch.targets,
-        &batch.loss_mask,
-        1.0,
-    )?
-    .logp
-    .detach())
+    Ok(score_batch(policy, batch)?.logp.detach())
 }
 
 /// What one on-policy distillation update measured.
@@ -697,13 +688,7 @@ pub fn distill_update(
     grad_clip: f64,
     dry_run: bool,
 ) -> anyhow::Result<DistillMetrics> {
-    let scored = score(
-        policy,
-        &batch.input_ids,
-        &batch.targets,
-        &batch.loss_mask,
-        1.0,
-    )?;
+    let scored = score_batch(policy, batch)?;
     let logp = scored.logp;
     let mask = &batch.loss_mask;
     let kl = agentrl_rl::reverse_kl_per_token(&logp.detach(), teacher_logp)?;
@@ -769,13 +754,7 @@ pub fn dpo_update(
         reference.len()
     );
     let p = rows / 2;
-    let scored = score(
-        policy,
-        &pairs.input_ids,
-        &pairs.targets,
-        &pairs.loss_mask,
-        1.0,
-    )?;
+    let scored = score_batch(policy, pairs)?;
     let logp = agentrl_rl::sequence_log_probs(&scored.logp, &pairs.loss_mask)?;
     let reference = Tensor::from_slice(reference, rows, logp.device())?.to_dtype(logp.dtype())?;
     let out = agentrl_rl::dpo_loss(

@@ -35,8 +35,8 @@
 //! [`PendingGradients`] runs the trunk's backward pass from that leaf's gradient once candle's
 //! backward pass is done. Through candle's graph the step was bound by per-op costs, not by
 //! arithmetic (ARCHITECTURE.md, "The training step's compute"). Every other caller (sampling,
-//! evaluation, SFT, DPO) goes through [`TinyAgent::forward`]; a test ties the two paths'
-//! outputs and every gradient together.
+//! evaluation) goes through [`TinyAgent::forward`]; a test ties the two paths' outputs and
+//! every gradient together.
 //!
 //! Weights live in one [`VarMap`] and are initialised from a seeded ChaCha generator (candle's
 //! CPU RNG cannot be seeded), so the same seed always gives the same model.
@@ -286,48 +286,41 @@ impl TinyAgent {
 
     /// Full forward over `ids [B, T]` u32 (positions `0..T`, causal attention).
     pub fn forward(&self, ids: &Tensor) -> candle_core::Result<TinyOutput> {
-        self.forward_from_trunk(ids, &self.trunk(ids)?)
-    }
-
-    /// [`TinyAgent::forward`] with the trunk run outside candle's graph, as explicit loops
-    /// (module `trunk`): the same output to float rounding, and the trunk's gradients are
-    /// completed by the returned [`PendingGradients`] after candle's backward pass. Falls back
-    /// to the candle forward (nothing pending) off the CPU.
-    pub fn forward_for_update(
-        &self,
-        ids: &Tensor,
-    ) -> candle_core::Result<(TinyOutput, Option<Box<dyn PendingGradients>>)> {
-        match self.explicit_trunk(ids)? {
-            Some((x, pending)) => Ok((self.forward_from_trunk(ids, &x)?, Some(pending))),
-            None => Ok((self.forward(ids)?, None)),
+        let t = ids.dim(1)?;
+        let x = self.trunk(ids)?;
+        let (mut out, h) = self.head(&x)?;
+        if self.pointer.is_some() {
+            let scans = self.scan_rows(ids)?;
+            let rows: Vec<_> = scans.iter().map(|scan| (scan, 0, t)).collect();
+            if let Some(gate) = self.pointer_gate(&rows, t)? {
+                let spans = self.encode_spans(&scans)?;
+                out.logits = self.apply_pointer(&out.logits, &h, &spans, &gate)?;
+            }
         }
+        Ok(out)
     }
 
-    /// [`TinyAgent::forward_for_update`] scored at `positions` only (u32 `[N]`, indexing the
-    /// batch's `B*T` positions row-major): logits `[N, V]` and values `[N]`. The heads run on
-    /// those positions' hidden states alone, which is all an update's loss reads.
+    /// [`TinyAgent::forward`] for an update, scored at `positions` only (u32 `[N]`, indexing
+    /// the batch's `B*T` positions row-major): logits `[N, V]` and values `[N]`. The trunk runs
+    /// outside candle's graph, as explicit loops (module `trunk`), and its gradients are
+    /// completed by [`ForUpdate::pending`] after candle's backward pass; the heads run on the
+    /// scored positions' hidden states alone, which is all an update's loss reads. Off the
+    /// CPU, and for an empty batch, this is candle's forward with nothing pending.
     pub fn forward_at_for_update(
         &self,
         ids: &Tensor,
         positions: &Tensor,
-    ) -> candle_core::Result<(TinyOutput, Option<Box<dyn PendingGradients>>)> {
-        match self.explicit_trunk(ids)? {
-            Some((x, pending)) => Ok((
-                self.forward_at_from_trunk(ids, &x, positions)?,
-                Some(pending),
-            )),
-            None => {
-                let out = self.forward(ids)?;
-                let (b, t, v) = out.logits.dims3()?;
-                Ok((
-                    TinyOutput {
-                        logits: out.logits.reshape((b * t, v))?.index_select(positions, 0)?,
-                        values: out.values.reshape(b * t)?.index_select(positions, 0)?,
-                    },
-                    None,
-                ))
-            }
-        }
+    ) -> candle_core::Result<ForUpdate> {
+        Ok(match self.explicit_trunk(ids)? {
+            Some((x, pending)) => ForUpdate {
+                output: policy_output(self.forward_at_from_trunk(ids, &x, positions)?),
+                pending: Some(pending),
+            },
+            None => ForUpdate {
+                output: policy_output(self.forward(ids)?).at(positions)?,
+                pending: None,
+            },
+        })
     }
 
     /// The trunk of `ids` run as explicit loops (module `trunk`): its output as a leaf of
@@ -480,21 +473,6 @@ impl TinyAgent {
         })
     }
 
-    /// The heads (and the pointer head) over the trunk's output `x [B, T, d]` of `ids`.
-    fn forward_from_trunk(&self, ids: &Tensor, x: &Tensor) -> candle_core::Result<TinyOutput> {
-        let t = ids.dim(1)?;
-        let (mut out, h) = self.head(x)?;
-        if self.pointer.is_some() {
-            let scans = self.scan_rows(ids)?;
-            let rows: Vec<_> = scans.iter().map(|scan| (scan, 0, t)).collect();
-            if let Some(gate) = self.pointer_gate(&rows, t)? {
-                let spans = self.encode_spans(&scans)?;
-                out.logits = self.apply_pointer(&out.logits, &h, &spans, &gate)?;
-            }
-        }
-        Ok(out)
-    }
-
     /// Incremental forward for sampling: feeds `ids_new [B, n]` after what `cache` holds
     /// (every row feeds all `n` tokens) and returns logits/values for the new tokens only.
     pub fn forward_step(
@@ -588,7 +566,7 @@ impl TinyAgent {
     }
 }
 
-/// The trunk's backward pass, waiting for candle's: see [`TinyAgent::forward_for_update`].
+/// The trunk's backward pass, waiting for candle's: see [`TinyAgent::forward_at_for_update`].
 struct PendingTrunk {
     /// Always `Some` until dropped, when it goes back to `spare`.
     tape: Option<trunk::Tape>,
@@ -657,24 +635,12 @@ impl Policy for TinyAgent {
         Ok(policy_output(TinyAgent::forward(self, ids)?))
     }
 
-    fn forward_for_update(&self, ids: &Tensor) -> candle_core::Result<ForUpdate> {
-        let (out, pending) = TinyAgent::forward_for_update(self, ids)?;
-        Ok(ForUpdate {
-            output: policy_output(out),
-            pending,
-        })
-    }
-
     fn forward_at_for_update(
         &self,
         ids: &Tensor,
         positions: &Tensor,
     ) -> candle_core::Result<ForUpdate> {
-        let (out, pending) = TinyAgent::forward_at_for_update(self, ids, positions)?;
-        Ok(ForUpdate {
-            output: policy_output(out),
-            pending,
-        })
+        TinyAgent::forward_at_for_update(self, ids, positions)
     }
 
     fn vocab_size(&self) -> usize {

@@ -3,7 +3,7 @@
 //! pass, over plain `f32` buffers, with every matmul one call to the `gemm` crate (the GEMM
 //! candle itself uses) and every other op one of [`crate::fused`]'s slice kernels.
 //!
-//! Data flow: the update's scoring pass (`Policy::forward_for_update`) → [`forward`] →
+//! Data flow: the update's scoring pass (`Policy::forward_at_for_update`) → [`forward`] →
 //! the final hidden states `[B, T, d]`, which enter candle's graph as a leaf variable; the
 //! final norm, the heads, the pointer head and the loss stay in candle. After candle's
 //! backward pass, [`Tape::backward`] takes that leaf's gradient and returns every trunk

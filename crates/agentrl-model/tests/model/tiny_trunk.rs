@@ -1,4 +1,4 @@
-//! TinyAgent's explicit trunk (`TinyAgent::forward_for_update`, the update's fast path) against
+//! TinyAgent's explicit trunk (`TinyAgent::forward_at_for_update`, the update's fast path) against
 //! candle's autograd, the oracle: the same logits and values, and the same gradient for every
 //! weight, at f32 tolerance, with and without the pointer head (whose span encoding runs the
 //! blocks inside candle's graph, so a trunk weight's gradient comes from both sides).
@@ -33,6 +33,21 @@ fn batch() -> Tensor {
     let third: Vec<u32> = (0..40).map(|i| ((i * i + 3) % 29) as u32).collect();
     let flat: Vec<u32> = [first, second, third].concat();
     Tensor::from_vec(flat, (3, 40), &Device::Cpu).unwrap()
+}
+
+/// The fast path at every position, reshaped back to `[B, T, ..]` like `forward`'s output.
+fn fast_forward(model: &TinyAgent, ids: &Tensor) -> ForUpdate {
+    let (b, t) = ids.dims2().unwrap();
+    let positions = Tensor::arange(0u32, (b * t) as u32, &Device::Cpu).unwrap();
+    let ForUpdate { output, pending } = model.forward_at_for_update(ids, &positions).unwrap();
+    let v = output.logits.dim(1).unwrap();
+    ForUpdate {
+        output: agentrl_model::PolicyOutput {
+            logits: output.logits.reshape((b, t, v)).unwrap(),
+            values: output.values.map(|values| values.reshape((b, t)).unwrap()),
+        },
+        pending,
+    }
 }
 
 /// A loss that reaches every weight: a weighted sum of log-probs and a value loss.
@@ -84,15 +99,15 @@ fn the_explicit_trunk_matches_candle_autograd_in_output_and_every_gradient() {
             ids.flip(&[1]).unwrap(),
             Tensor::cat(&[&ids, &ids], 1).unwrap(),
         ] {
-            let ForUpdate { output, pending } = Policy::forward_for_update(&model, &stale).unwrap();
+            let ForUpdate { output, pending } = fast_forward(&model, &stale);
             let mut grads = loss(&output.logits, output.values.as_ref().unwrap())
                 .backward()
                 .unwrap();
             ForUpdate::complete(pending, &mut grads).unwrap();
         }
-        drop(Policy::forward_for_update(&model, &ids.flip(&[0]).unwrap()).unwrap());
+        drop(fast_forward(&model, &ids.flip(&[0]).unwrap()));
 
-        let ForUpdate { output, pending } = Policy::forward_for_update(&model, &ids).unwrap();
+        let ForUpdate { output, pending } = fast_forward(&model, &ids);
         assert!(pending.is_some(), "the CPU path runs the explicit trunk");
         assert_close(
             "logits",
@@ -123,7 +138,7 @@ fn the_explicit_trunk_matches_candle_autograd_in_output_and_every_gradient() {
 #[test]
 fn a_loss_that_does_not_reach_the_trunk_leaves_its_weights_without_gradient() {
     let model = TinyAgent::new(config(false), 3, &Device::Cpu).unwrap();
-    let ForUpdate { output, pending } = Policy::forward_for_update(&model, &batch()).unwrap();
+    let ForUpdate { output, pending } = fast_forward(&model, &batch());
     // Only the value head's bias: the trunk's output never enters the loss's graph.
     let bias = model
         .named_vars()
@@ -148,7 +163,8 @@ fn a_loss_that_does_not_reach_the_trunk_leaves_its_weights_without_gradient() {
 fn an_out_of_vocabulary_id_is_an_error_naming_it() {
     let model = TinyAgent::new(config(false), 3, &Device::Cpu).unwrap();
     let ids = Tensor::from_vec(vec![1u32, 2, 99], (1, 3), &Device::Cpu).unwrap();
-    let err = match Policy::forward_for_update(&model, &ids) {
+    let positions = Tensor::arange(0u32, 3, &Device::Cpu).unwrap();
+    let err = match model.forward_at_for_update(&ids, &positions) {
         Ok(_) => panic!("an id outside the vocabulary was accepted"),
         Err(err) => err.to_string(),
     };
