@@ -15,7 +15,7 @@
 
 use agentrl_gym::Split;
 use agentrl_train::config::load_config;
-use agentrl_train::recipes::rl::Trainer;
+use agentrl_train::trainer::Trainer;
 
 const STEPS: usize = 20;
 

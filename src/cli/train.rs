@@ -9,11 +9,13 @@ use clap::Args;
 
 use agentrl_monitor::eval_report::{build_report, EvalReportDoc, SplitInput, TaskCounts};
 use agentrl_monitor::LiveMonitor;
+use agentrl_train::build::{load_tasks, parse_split};
 use agentrl_train::config::load_config;
-use agentrl_train::recipes::rl::{load_tasks, parse_split, Trainer};
+use agentrl_train::recipes::rl::run_rl_session_observed;
 use agentrl_train::session::{
-    run_session_observed, summary_table, Progress, SessionOptions, SessionOutcome, StepObserver,
+    summary_table, Progress, SessionOptions, SessionOutcome, StepObserver,
 };
+use agentrl_train::trainer::Trainer;
 
 #[derive(Debug, Args)]
 pub struct TrainArgs {
@@ -73,7 +75,7 @@ pub struct EvalArgs {
 
 pub fn train(args: TrainArgs) -> anyhow::Result<()> {
     run_recipe(args, None, &mut |trainer, options, observer| {
-        run_session_observed(trainer, options, observer)
+        run_rl_session_observed(trainer, options, observer)
     })
 }
 

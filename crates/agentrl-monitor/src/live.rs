@@ -2,7 +2,7 @@
 //! it runs the doctor (warning as a signature appears) and rewrites the dashboard every N
 //! steps, so a live run can be watched by reloading its page.
 //!
-//! Where it sits: between `agentrl_train::session::run_session_observed` (which calls
+//! Where it sits: between `agentrl_train::recipes::rl::run_rl_session_observed` (which calls
 //! [`LiveMonitor::on_step`] after each step's line is written) and the files of [`crate::dashboard`].
 
 use std::path::{Path, PathBuf};

@@ -9,7 +9,7 @@
 //! is the content of the candidates, which is what transfers to unseen tasks. Evaluation runs
 //! on the unwrapped env, in the gym's own order.
 //!
-//! Sits between the trainer's rollout sampler (`agentrl_train::recipes::rl`) and `BugFixEnv`; the
+//! Sits between the trainer's rollout sampler (`agentrl_train::sampler`) and `BugFixEnv`; the
 //! episode records the tokens of the shuffled view, which is what the policy saw.
 
 use agentrl_gym::{Action, Env, Observation, Step};

@@ -1,114 +1,17 @@
 //! The trainer's step record under the run's metric names: the one place where
-//! [`StepRecord`] and [`UpdateMetrics`] fields become `agentrl_run::metrics::names`, and the
-//! episode statistics the record adds to what the loop measures itself.
+//! [`StepRecord`] and [`UpdateMetrics`] fields become `agentrl_run::metrics::names`.
 //!
-//! Where it sits: `Trainer::step` → [`StepRecord`] → [`metric_line`] → `RunDir::log_metrics`
+//! Where it sits: a recipe's step → [`StepRecord`] (`crate::step_record`) → [`metric_line`] → `RunDir::log_metrics`
 //! (`metrics.jsonl` and TensorBoard) → the monitor (dashboard, doctor). Sampled episodes go
 //! to `episodes/` as [`EpisodeRecord`]s, with each token's text beside its id.
 
-use std::collections::BTreeMap;
-
 use agentrl_chat::ChatCodec;
-use agentrl_gym::Action;
 use agentrl_rollout::Episode;
 use agentrl_run::metrics::{names, MetricLine};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use crate::recipes::rl::StepRecord;
+use crate::step_record::StepRecord;
 use crate::update::UpdateMetrics;
-
-/// Statistics of a step's episodes beyond the means the loop computes inline.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct RolloutStats {
-    pub reward_std: f64,
-    pub reward_max: f64,
-    pub reward_min: f64,
-    /// Episodes that changed test files or planted hooks.
-    pub tamper_rate: f64,
-    /// Verifier runs repeated because a time limit stopped them (all the step's episodes).
-    pub verdict_reruns: f64,
-    /// Episodes that called `submit` themselves.
-    pub submit_rate: f64,
-    /// Episodes that used all `rollout.max_turns` turns without submitting.
-    pub turn_limit_rate: f64,
-    /// Groups whose episodes all got the same reward (no group-relative signal).
-    pub zero_variance_group_rate: f64,
-    /// Tool calls (well-formed actions) per episode.
-    pub tool_calls: f64,
-    pub action_tokens_max: f64,
-    pub action_tokens_min: f64,
-    /// Tokens of all the step's episodes.
-    pub total_tokens: f64,
-    /// Trainer weight version minus each episode's sampling version.
-    pub staleness_mean: f64,
-    pub staleness_max: f64,
-    /// Share of the episodes whose conversation, re-rendered through the chat template,
-    /// tokenises to other ids than the sampled stream (0 for a format without a template).
-    pub retokenization_drift_rate: f64,
-}
-
-impl RolloutStats {
-    /// The statistics of `episodes`, sampled for an update of the weights of version
-    /// `trainer_version`, with turns capped at `max_turns`.
-    pub fn of(episodes: &[Episode], trainer_version: u64, max_turns: usize) -> Self {
-        if episodes.is_empty() {
-            return Self::default();
-        }
-        let n = episodes.len() as f64;
-        let rewards: Vec<f64> = episodes.iter().map(|e| f64::from(e.reward.score)).collect();
-        let mean = rewards.iter().sum::<f64>() / n;
-        let share =
-            |f: &dyn Fn(&Episode) -> bool| episodes.iter().filter(|e| f(e)).count() as f64 / n;
-        let submitted = |e: &Episode| {
-            e.actions
-                .iter()
-                .any(|a| matches!(a, Action::Call(c) if c.name == "submit"))
-        };
-        let mut groups: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
-        for (e, &r) in episodes.iter().zip(&rewards) {
-            groups.entry(e.group_id).or_default().push(r);
-        }
-        let flat = groups
-            .values()
-            .filter(|rs| rs.len() > 1 && rs.iter().all(|&r| r == rs[0]))
-            .count();
-        let lengths: Vec<f64> = episodes.iter().map(|e| e.action_tokens() as f64).collect();
-        let staleness: Vec<f64> = episodes
-            .iter()
-            .map(|e| trainer_version.saturating_sub(e.weight_version) as f64)
-            .collect();
-        Self {
-            reward_std: (rewards.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / n).sqrt(),
-            reward_max: rewards.iter().copied().fold(f64::MIN, f64::max),
-            reward_min: rewards.iter().copied().fold(f64::MAX, f64::min),
-            tamper_rate: share(&|e| e.reward.tampered),
-            verdict_reruns: episodes
-                .iter()
-                .map(|e| f64::from(e.reward.verdict_reruns))
-                .sum(),
-            submit_rate: share(&|e| submitted(e)),
-            turn_limit_rate: share(&|e| !submitted(e) && e.turns as usize >= max_turns),
-            zero_variance_group_rate: flat as f64 / groups.len() as f64,
-            tool_calls: episodes
-                .iter()
-                .map(|e| {
-                    e.actions
-                        .iter()
-                        .filter(|a| matches!(a, Action::Call(_)))
-                        .count() as f64
-                })
-                .sum::<f64>()
-                / n,
-            action_tokens_max: lengths.iter().copied().fold(0.0, f64::max),
-            action_tokens_min: lengths.iter().copied().fold(f64::MAX, f64::min),
-            total_tokens: episodes.iter().map(|e| e.len() as f64).sum(),
-            staleness_mean: staleness.iter().sum::<f64>() / n,
-            staleness_max: staleness.iter().copied().fold(0.0, f64::max),
-            retokenization_drift_rate: share(&|e| e.drifted == Some(true)),
-        }
-    }
-}
 
 /// A step record under the run's metric names (verl's where verl has one). A supervised step
 /// (format warm-up, `agentrl sft`) records its loss, learning rate and any evaluation only: it
@@ -147,7 +50,7 @@ pub fn metric_line(record: &StepRecord) -> MetricLine {
         .set(names::REWARD_MIN, s.reward_min)
         // verl's `critic/score/*`: the episodes' verifier scores. Here they equal
         // `critic/rewards/*`: a KL-in-reward penalty shapes the token rewards of the update
-        // (update.rs), never an episode's recorded reward.
+        // (`crate::update`), never an episode's recorded reward.
         .set(names::SCORE_MEAN, record.reward)
         .set(names::SCORE_MAX, s.reward_max)
         .set(names::SCORE_MIN, s.reward_min)
@@ -278,55 +181,6 @@ pub fn episode_records<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agentrl_gym::{Reward, ToolCall};
-    use agentrl_rollout::TokenSource;
-
-    fn episode(group: u32, score: f32, submit: bool, turns: u32) -> Episode {
-        let mut e = Episode::new("t", group);
-        e.push(1, TokenSource::Prompt, 0.0);
-        for _ in 0..turns {
-            e.push(2, TokenSource::Action, -0.1);
-        }
-        e.turns = turns;
-        e.reward = Reward {
-            score,
-            ..Reward::default()
-        };
-        e.actions = (0..turns)
-            .map(|i| {
-                let name = if submit && i + 1 == turns {
-                    "submit"
-                } else {
-                    "test"
-                };
-                Action::Call(ToolCall {
-                    name: name.into(),
-                    arguments: serde_json::json!({}),
-                })
-            })
-            .collect();
-        e
-    }
-
-    #[test]
-    fn rollout_stats_count_submits_turn_limits_and_flat_groups() {
-        let episodes = [
-            episode(0, 1.0, true, 2),
-            episode(0, 0.0, false, 4),
-            episode(1, 0.0, false, 4),
-            episode(1, 0.0, true, 3),
-        ];
-        let s = RolloutStats::of(&episodes, 5, 4);
-        assert_eq!(s.submit_rate, 0.5);
-        assert_eq!(s.turn_limit_rate, 0.5);
-        assert_eq!(s.zero_variance_group_rate, 0.5);
-        assert_eq!(s.reward_max, 1.0);
-        assert_eq!(s.reward_min, 0.0);
-        assert!((s.reward_std - 0.4330127).abs() < 1e-6);
-        assert_eq!(s.tool_calls, 13.0 / 4.0);
-        assert_eq!(s.staleness_max, 5.0);
-        assert_eq!(s.total_tokens, 17.0);
-    }
 
     #[test]
     fn a_step_without_an_update_records_no_policy_figures() {

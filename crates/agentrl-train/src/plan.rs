@@ -2,7 +2,7 @@
 //! config and the model's shape alone (no weights read, nothing sampled).
 //!
 //! Where it sits: beside the trainer, before it. `agentrl plan --config …` prints it, and
-//! [`crate::recipes::rl::Trainer::create`] refuses a config whose step would not fit in the
+//! [`crate::trainer::Trainer::create`] refuses a config whose step would not fit in the
 //! machine's memory.
 //!
 //! The model of memory is this implementation's, counted tensor by tensor (f32 compute):
@@ -26,7 +26,7 @@
 use std::path::Path;
 
 use agentrl_model::qwen3::Qwen3Config;
-use anyhow::Context;
+use anyhow::{bail, Context};
 use serde::Serialize;
 
 use crate::config::{Config, ModelKind};
@@ -84,8 +84,8 @@ pub struct ModelShape {
 impl ModelShape {
     /// TinyAgent as `[model]` builds it (every weight trainable, f32).
     pub fn tiny(config: &Config) -> anyhow::Result<Self> {
-        let codec = crate::recipes::rl::tiny_codec(config.rollout.max_action_tokens);
-        let tiny = crate::recipes::rl::tiny_config(config, &codec);
+        let codec = crate::build::tiny_codec(config.rollout.max_action_tokens);
+        let tiny = crate::build::tiny_config(config, &codec);
         let model = agentrl_model::TinyAgent::new(tiny, 0, &candle_core::Device::Cpu)
             .context("building TinyAgent's shape")?;
         let m = &config.model;
@@ -274,7 +274,7 @@ impl StepPlan {
         } else {
             F32
         };
-        let live = episodes.min(crate::recipes::rl::MAX_LIVE_EPISODES);
+        let live = episodes.min(crate::sampler::MAX_LIVE_EPISODES);
         // A server's KV cache and weights are its own, not this process's.
         let local_engine = config.engine.kind == crate::config::EngineKind::Local;
         let kv_cache = if local_engine {
@@ -363,6 +363,48 @@ fn count(n: usize) -> String {
         format!("{:.1}k", n / 1e3)
     } else {
         format!("{n}")
+    }
+}
+
+/// Available memory (Linux `MemAvailable`), bytes; `None` where unknown.
+fn available_memory() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024.0)
+}
+
+/// Refuses a TinyAgent config whose step ([`StepPlan`]) would not fit in the
+/// machine's available memory, and warns above half of it. For Qwen3 it only warns: its
+/// update may run on a GPU, whose memory is not the host's.
+pub fn check_memory(config: &Config) -> anyhow::Result<Vec<String>> {
+    let plan = StepPlan::new(config, ModelShape::of(config)?);
+    let need = plan.peak(config.engine.async_rollouts);
+    let gb = |b: f64| b / 1e9;
+    let shape = format!(
+        "rollout.tasks_per_step = {} x rollout.group_size = {} episodes of up to \
+         model.max_seq = {} tokens, {} per micro-batch; see `agentrl plan`",
+        config.rollout.tasks_per_step,
+        config.rollout.group_size,
+        config.model.max_seq,
+        plan.episodes_per_microbatch
+    );
+    let advice = "lower rollout.tasks_per_step, rollout.group_size or model.max_seq, or raise \
+                  algorithm.minibatches";
+    match available_memory() {
+        Some(have) if need > have && config.model.kind == ModelKind::Tiny => bail!(
+            "a training step would need about {:.1} GB of memory ({shape}) and this machine \
+             has {:.1} GB available; {advice}",
+            gb(need),
+            gb(have)
+        ),
+        Some(have) if need > have / 2.0 => Ok(vec![format!(
+            "a training step may need about {:.1} GB of memory ({shape}), more than half of \
+             the {:.1} GB available here; {advice}",
+            gb(need),
+            gb(have)
+        )]),
+        _ => Ok(Vec::new()),
     }
 }
 

@@ -1,7 +1,7 @@
 //! The policy a run trains, seen from the RL recipe: the trainer's side ([`Policy`]: scored,
 //! updated, checkpointed) and how a local engine samples from it ([`TrainPolicy`]).
 //!
-//! Where it sits: [`crate::recipes::rl::Trainer`] holds one `Box<dyn TrainPolicy>` (TinyAgent
+//! Where it sits: [`crate::trainer::Trainer`] holds one `Box<dyn TrainPolicy>` (TinyAgent
 //! behind its grammar, or Qwen3 with LoRA) and a `ChatCodec` for it, so every step (rollout →
 //! batch → update → checkpoint) is the same code for both families. An engine that must not
 //! see the weights move under it (async rollouts, a bf16 engine) samples from a

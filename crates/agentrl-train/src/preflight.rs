@@ -4,7 +4,7 @@
 //! `../shared/ENGINES.md` "Traps for the preflight").
 //!
 //! Where it sits: between building the engine (local or a server) and the first rollout of
-//! [`crate::recipes::rl::Trainer`]. It never changes the weights.
+//! [`crate::trainer::Trainer`]. It never changes the weights.
 //!
 //! **How causes are told apart.** For every sampled token the trainer computes what the
 //! engine *should* have reported under several hypotheses, from its own logits `z`:

@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 use agentrl_rollout::EvalReport;
 use agentrl_run::MetricLine;
 
-use crate::recipes::rl::{StepRecord, Trainer};
+use crate::step_record::StepRecord;
+use crate::trainer::Trainer;
 
 /// Evaluation tags (seeds of the evaluation streams): before training, after, periodic.
 const TAG_BEFORE: u64 = u64::MAX - 1;
@@ -159,27 +160,13 @@ fn duration(seconds: f64) -> String {
 /// step's line (the live doctor and dashboard of `agentrl train`).
 pub type StepObserver<'a> = &'a mut dyn FnMut(&std::path::Path, &MetricLine) -> anyhow::Result<()>;
 
-/// Trains until `train.steps` (or the stop threshold, or [`SessionOptions::stop`]),
-/// checkpointing as configured.
-pub fn run_session(trainer: Trainer, options: &SessionOptions) -> anyhow::Result<SessionOutcome> {
-    run_session_observed(trainer, options, &mut |_, _| Ok(()))
-}
-
-/// [`run_session`], calling `observer` after each step's metrics line is written.
-pub fn run_session_observed(
-    trainer: Trainer,
-    options: &SessionOptions,
-    observer: StepObserver<'_>,
-) -> anyhow::Result<SessionOutcome> {
-    run_recipe_session(trainer, options, observer, &mut Trainer::step)
-}
-
-/// How a session advances its trainer by one training step: RL's [`Trainer::step`], or
-/// another recipe's (`recipes::sft`).
+/// How a session advances its trainer by one training step: a recipe's step (RL's
+/// `Trainer::step`, `recipes::sft::sft_step`, ...).
 pub type TrainStep<'a> = &'a mut dyn FnMut(&mut Trainer) -> anyhow::Result<StepRecord>;
 
-/// [`run_session_observed`] with the recipe's own training step: evaluations, checkpoints,
-/// metrics and the summary are the session's, whatever the step does.
+/// A whole session with a recipe's training step (`train_step`), calling `observer` after
+/// each step's metrics line is written: evaluations, checkpoints, metrics and the summary are
+/// the session's, whatever the step does.
 pub fn run_recipe_session(
     mut trainer: Trainer,
     options: &SessionOptions,

@@ -1,5 +1,5 @@
 //! The compute thread count of a process: the one place the library sets process-wide state,
-//! at the trainer's entry points ([`crate::recipes::rl::Trainer::create`] and `resume`),
+//! at the trainer's entry points ([`crate::trainer::Trainer::create`] and `resume`),
 //! before any tensor work.
 //!
 //! candle sizes its CPU matmul parallelism from `RAYON_NUM_THREADS` on every call, and rayon

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use agentrl_train::config::load_config;
 use agentrl_train::plan::{ModelShape, StepPlan};
-use agentrl_train::recipes::rl::Trainer;
+use agentrl_train::trainer::Trainer;
 
 mod common;
 

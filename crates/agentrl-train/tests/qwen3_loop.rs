@@ -11,9 +11,9 @@ use agentrl_engine::serve::{self, LocalServed, ServeOptions};
 use agentrl_engine::LogprobKind;
 use agentrl_model::qwen3::{LoadOptions, Qwen3};
 use agentrl_train::config::{load_config, Config};
-use agentrl_train::recipes::rl::Trainer;
 use agentrl_train::recipes::sft::run_sft_session;
 use agentrl_train::session::{Progress, SessionOptions};
+use agentrl_train::trainer::Trainer;
 
 mod common;
 
@@ -401,7 +401,7 @@ fn the_sft_loss_mask_covers_exactly_the_templates_assistant_turns() -> anyhow::R
     let model = tiny_qwen3(tmp.path())?;
     let sets = strings(&["rollout.max_turns=6", "rollout.max_action_tokens=160"]);
     let (trainer, _) = Trainer::create(qwen3_config(tmp.path(), &model, &sets)?)?;
-    let episodes = agentrl_train::recipes::sft::expert_demonstrations(&trainer, 0)?;
+    let episodes = agentrl_train::demonstrations::expert_demonstrations(&trainer, 0)?;
     let options = Qwen3CodecOptions {
         max_action_tokens: trainer.config.rollout.max_action_tokens,
         max_observation_tokens: trainer.config.qwen3.max_observation_tokens,

@@ -12,8 +12,9 @@ use agentrl_gym::Split;
 use serde::Serialize;
 
 use agentrl_train::config::load_config;
-use agentrl_train::recipes::rl::Trainer;
-use agentrl_train::session::{run_session, Progress, SessionOptions};
+use agentrl_train::recipes::rl::run_rl_session;
+use agentrl_train::session::{Progress, SessionOptions};
+use agentrl_train::trainer::Trainer;
 
 const TARGET: f64 = 0.9;
 const EVAL_EVERY: usize = 2;
@@ -48,7 +49,7 @@ pub fn run(json: bool, extra_overrides: &[String]) -> anyhow::Result<()> {
     let config = load_config(None, &overrides)?;
     let threads = config.threads();
     let (trainer, _warnings) = Trainer::create(config)?;
-    let outcome = run_session(
+    let outcome = run_rl_session(
         trainer,
         &SessionOptions {
             progress: if json || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {

@@ -33,8 +33,9 @@ use agentrl_monitor::plot::{Chart, LegendEntry, Line, Scale};
 use agentrl_rollout::EvalReport;
 use agentrl_run::metrics::{read_metrics, MetricLine};
 use agentrl_train::config::load_config;
-use agentrl_train::recipes::rl::Trainer;
-use agentrl_train::session::{run_session, Progress, SessionOptions, SessionOutcome};
+use agentrl_train::recipes::rl::run_rl_session;
+use agentrl_train::session::{Progress, SessionOptions, SessionOutcome};
+use agentrl_train::trainer::Trainer;
 
 #[derive(Debug, Args)]
 pub struct ExperimentArgs {
@@ -391,7 +392,7 @@ fn train_arm(
         summary_evals: experiment.evals,
         stop: None,
     };
-    let outcome = run_session(trainer, &options)?;
+    let outcome = run_rl_session(trainer, &options)?;
     let lines = read_run(Path::new(&outcome.run_dir))?;
     Ok((lines, outcome))
 }

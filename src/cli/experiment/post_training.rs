@@ -28,9 +28,11 @@ use agentrl_train::config::load_config;
 use agentrl_train::recipes::distill::run_distill_session;
 use agentrl_train::recipes::dpo::{self, run_dpo_session};
 use agentrl_train::recipes::rft::run_rft_session;
-use agentrl_train::recipes::rl::{stream, Trainer};
+use agentrl_train::recipes::rl::run_rl_session;
 use agentrl_train::recipes::sft::run_sft_session;
-use agentrl_train::session::{run_session, Progress, SessionOptions};
+use agentrl_train::session::{Progress, SessionOptions};
+use agentrl_train::streams::stream;
+use agentrl_train::trainer::Trainer;
 
 use super::{
     finish, run_sets, seed_chart, write_figure, Curves, DrivenExperiment, ExperimentArgs,
@@ -375,7 +377,7 @@ fn train_method(
     };
     let observer = &mut |_: &Path, _: &MetricLine| Ok(());
     let outcome = match method.recipe {
-        Recipe::Grpo => run_session(trainer, &options)?,
+        Recipe::Grpo => run_rl_session(trainer, &options)?,
         Recipe::Sft => run_sft_session(trainer, &options, observer)?,
         Recipe::Rft => run_rft_session(trainer, &options, observer)?,
         Recipe::Dpo => run_dpo_session(trainer, &options, observer)?,

@@ -28,7 +28,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use agentrl_train::config::load_config;
-use agentrl_train::recipes::rl::Trainer;
+use agentrl_train::trainer::Trainer;
 
 use super::{
     finish, run_sets, seed_chart, write_figure, Curves, DrivenExperiment, ExperimentArgs,

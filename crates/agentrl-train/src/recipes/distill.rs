@@ -19,10 +19,11 @@ use anyhow::{bail, Context};
 
 use crate::config::{Config, ModelKind};
 use crate::metrics::episode_records;
-use crate::recipes::rft::sampled_record;
-use crate::recipes::rl::{stream, StepRecord, Trainer};
 use crate::schedule::learning_rate;
 use crate::session::{run_recipe_session, SessionOptions, SessionOutcome, StepObserver};
+use crate::step_record::StepRecord;
+use crate::streams::stream;
+use crate::trainer::Trainer;
 use crate::update::UpdateMetrics;
 
 /// Purpose of the student's sampling stream (distinct from the other recipes').
@@ -134,7 +135,7 @@ pub fn distill_step(trainer: &mut Trainer, teacher: &Trainer) -> anyhow::Result<
         time_update_s: time_step_s - time_rollout_s,
         time_step_s,
         recipe_metrics: BTreeMap::from([(names::REVERSE_KL.to_string(), m.reverse_kl)]),
-        ..sampled_record(&samples, step, trainer.config.rollout.max_turns)
+        ..StepRecord::sampled(&samples, step, trainer.config.rollout.max_turns)
     })
 }
 

@@ -6,7 +6,7 @@
 //! ([`Trainer::sample_policy_episodes`]) → per task, each failed sample (hidden tests not
 //! passed) becomes the rejected side of a pair whose chosen side is one of the task's
 //! verified samples, or, where the policy solved none, one of the gym expert's
-//! demonstrations of the task ([`super::sft::expert_demonstrations_for`]) → the frozen
+//! demonstrations of the task ([`crate::demonstrations::expert_demonstrations_for`]) → the frozen
 //! reference's summed action-token log-probs of both sides, scored by those same start
 //! weights before any update (no second model is kept) → the pool, written to
 //! `RUN/dpo_pairs.jsonl` so a resumed run trains on the same pairs → each step, a slice of
@@ -23,9 +23,11 @@ use agentrl_rollout::Episode;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use crate::recipes::rl::{stream, StepRecord, Trainer};
-use crate::recipes::sft::{expert_demonstrations_for, slice_for_step};
+use crate::demonstrations::expert_demonstrations_for;
 use crate::session::{run_recipe_session, SessionOptions, SessionOutcome, StepObserver};
+use crate::step_record::StepRecord;
+use crate::streams::{epoch_slice, stream, STREAM_DATA_ORDER};
+use crate::trainer::Trainer;
 use crate::update::{DpoMetrics, UpdateMetrics};
 
 /// Purposes of DPO's random streams (distinct from the other recipes').
@@ -208,10 +210,16 @@ pub fn dpo_step(
     let step = trainer.state.step;
     let per_step = trainer.config.rollout.tasks_per_step * trainer.config.rollout.group_size;
     let seed = trainer.config.train.seed ^ STREAM_DPO_ORDER;
-    let picked: Vec<&Pair> = slice_for_step(pool.len(), per_step.min(pool.len()), step, seed)
-        .into_iter()
-        .map(|i| &pool[i])
-        .collect();
+    let picked: Vec<&Pair> = epoch_slice(
+        pool.len(),
+        per_step.min(pool.len()),
+        step,
+        seed,
+        STREAM_DATA_ORDER,
+    )
+    .into_iter()
+    .map(|i| &pool[i])
+    .collect();
     let chosen: Vec<Episode> = picked.iter().map(|p| p.chosen.clone()).collect();
     let rejected: Vec<Episode> = picked.iter().map(|p| p.rejected.clone()).collect();
     let reference: Vec<f32> = picked

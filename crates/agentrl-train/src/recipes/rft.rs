@@ -18,9 +18,11 @@ use std::time::Instant;
 
 use agentrl_rollout::{Episode, TokenSource};
 
-use crate::metrics::{episode_records, RolloutStats};
-use crate::recipes::rl::{stream, StepRecord, Trainer};
+use crate::metrics::episode_records;
 use crate::session::{run_recipe_session, SessionOptions, SessionOutcome, StepObserver};
+use crate::step_record::StepRecord;
+use crate::streams::stream;
+use crate::trainer::Trainer;
 use crate::update::UpdateMetrics;
 
 /// Purpose of RFT's sampling stream (distinct from RL's and SFT's).
@@ -59,33 +61,6 @@ pub fn distinct<'a>(episodes: &[&'a Episode]) -> Vec<&'a Episode> {
         })
         .copied()
         .collect()
-}
-
-/// A step record of sampled episodes `all` (their rollout figures as an RL step reports
-/// them), for a step that starts at weight version `step`.
-pub fn sampled_record(all: &[Episode], step: usize, max_turns: usize) -> StepRecord {
-    let n = all.len().max(1) as f64;
-    let mean = |f: &dyn Fn(&Episode) -> f64| all.iter().map(f).sum::<f64>() / n;
-    let actions: u64 = all.iter().map(|e| u64::from(e.turns)).sum();
-    let errors: u64 = all.iter().map(|e| u64::from(e.format_errors)).sum();
-    StepRecord {
-        episodes: all.len(),
-        reward: mean(&|e| f64::from(e.reward.score)),
-        hidden_solve_rate: mean(&|e| f64::from(u8::from(e.reward.solved()))),
-        public_solve_rate: mean(&|e| f64::from(u8::from(e.reward.public_passed_all()))),
-        hacking_rate: mean(&|e| f64::from(u8::from(e.reward.hacked()))),
-        format_error_rate: if actions == 0 {
-            0.0
-        } else {
-            errors as f64 / actions as f64
-        },
-        episode_tokens: mean(&|e| e.len() as f64),
-        action_tokens: mean(&|e| e.action_tokens() as f64),
-        turns: mean(&|e| f64::from(e.turns)),
-        truncated_rate: mean(&|e| f64::from(u8::from(e.truncated))),
-        rollout: RolloutStats::of(all, step as u64, max_turns),
-        ..StepRecord::default()
-    }
 }
 
 /// One RFT round: sample, keep what the hidden tests accept, SFT on the distinct kept
@@ -145,7 +120,7 @@ pub fn rft_step(trainer: &mut Trainer) -> anyhow::Result<StepRecord> {
         time_update_s: time_step_s - time_rollout_s,
         time_step_s,
         recipe_metrics,
-        ..sampled_record(&samples, step, trainer.config.rollout.max_turns)
+        ..StepRecord::sampled(&samples, step, trainer.config.rollout.max_turns)
     })
 }
 

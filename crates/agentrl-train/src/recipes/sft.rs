@@ -15,20 +15,16 @@
 use std::path::Path;
 use std::time::Instant;
 
-use agentrl_gym::expert::EditForm;
-use agentrl_rollout::{edit_forms, expert_episodes, expert_jobs, Episode, ShuffledCandidates};
+use agentrl_rollout::Episode;
 use anyhow::Context;
-use rand::seq::SliceRandom;
-use rand::Rng;
 
+use crate::demonstrations::expert_demonstrations;
 use crate::metrics::episode_records;
-use crate::recipes::rl::{stream, StepRecord, Trainer};
 use crate::session::{run_recipe_session, SessionOptions, SessionOutcome, StepObserver};
+use crate::step_record::StepRecord;
+use crate::streams::{epoch_slice, STREAM_DATA_ORDER};
+use crate::trainer::Trainer;
 use crate::update::UpdateMetrics;
-
-/// Purposes of SFT's random streams (distinct from RL's).
-const STREAM_SFT_VIEWS: u64 = 0x7366_7476;
-const STREAM_SFT_DATA: u64 = 0x7366_7464;
 
 /// What an SFT step trains on.
 pub enum SftData {
@@ -99,85 +95,6 @@ pub fn write_episodes(path: &Path, episodes: &[Episode]) -> anyhow::Result<()> {
     agentrl_run::write_atomic(path, text.as_bytes())
 }
 
-/// The expert's demonstrations for training step `step`: the step's tasks (as RL would pick
-/// them), `rollout.group_size` demonstrations each, cycling through the trajectory shapes and
-/// the edit forms the codec can write; each in a fresh candidate order when
-/// `rollout.shuffle_candidates` is on, within `rollout.max_turns` calls.
-pub fn expert_demonstrations(trainer: &Trainer, step: usize) -> anyhow::Result<Vec<Episode>> {
-    let task_ids = trainer.tasks_for_step(step);
-    let per_step = task_ids.len() * trainer.config.rollout.group_size;
-    expert_demonstrations_for(
-        trainer,
-        &task_ids,
-        trainer.config.rollout.group_size,
-        step * per_step,
-        stream(trainer.config.train.seed, step as u64, STREAM_SFT_VIEWS),
-    )
-}
-
-/// `per_task` expert demonstrations of each of `task_ids`, the trajectory shapes and edit
-/// forms cycling from job `first_job` on, candidate orders drawn from `rng` (when
-/// `rollout.shuffle_candidates` is on).
-pub fn expert_demonstrations_for(
-    trainer: &Trainer,
-    task_ids: &[String],
-    per_task: usize,
-    first_job: usize,
-    mut rng: rand_chacha::ChaCha8Rng,
-) -> anyhow::Result<Vec<Episode>> {
-    let config = &trainer.config;
-    let forms = demonstrated_edit_forms(trainer)?;
-    let jobs = expert_jobs(task_ids, per_task, &forms, first_job);
-    let envs: Vec<ShuffledCandidates<_>> = trainer
-        .training_envs(jobs.len())
-        .into_iter()
-        .map(|env| {
-            if config.rollout.shuffle_candidates {
-                ShuffledCandidates::new(env, rng.random())
-            } else {
-                ShuffledCandidates::unshuffled(env)
-            }
-        })
-        .collect();
-    expert_episodes(
-        trainer.codec.as_ref(),
-        &trainer.episode_limits(),
-        trainer.task_set(),
-        envs,
-        &jobs,
-        config.rollout.max_turns,
-    )
-}
-
-/// The edit forms the expert demonstrates: `sft.edit_forms` (non-empty: config validation),
-/// each checked against what the policy's codec can write, or (unset) all of those.
-pub fn demonstrated_edit_forms(trainer: &Trainer) -> anyhow::Result<Vec<EditForm>> {
-    let writable = edit_forms(trainer.codec.as_ref());
-    let Some(chosen) = &trainer.config.sft.edit_forms else {
-        return Ok(writable);
-    };
-    for form in chosen {
-        anyhow::ensure!(
-            writable.contains(form),
-            "sft.edit_forms: this policy's codec cannot write {form:?} edits (it writes {writable:?})"
-        );
-    }
-    Ok(chosen.clone())
-}
-
-/// The episodes of step `step` from a fixed set of `n`: consecutive slices of per-epoch
-/// permutations drawn from `(seed, epoch)`.
-pub(crate) fn slice_for_step(n: usize, per_step: usize, step: usize, seed: u64) -> Vec<usize> {
-    (0..per_step)
-        .map(|i| {
-            let position = step * per_step + i;
-            let mut order: Vec<usize> = (0..n).collect();
-            order.shuffle(&mut stream(seed, (position / n) as u64, STREAM_SFT_DATA));
-            order[position % n]
-        })
-        .collect()
-}
-
 /// One SFT step on `data`: its episodes, one supervised update at `sft.lr`, the metrics
 /// record. Like a format warm-up step, the record carries the loss (`actor/sft_loss`, the NLL
 /// per action token) and no rollout figures: nothing was sampled, and the policy's solve rates
@@ -190,7 +107,8 @@ pub fn sft_step(trainer: &mut Trainer, data: &SftData) -> anyhow::Result<StepRec
         SftData::Episodes(all) => {
             let per_step =
                 trainer.config.rollout.tasks_per_step * trainer.config.rollout.group_size;
-            slice_for_step(all.len(), per_step, step, trainer.config.train.seed)
+            let seed = trainer.config.train.seed;
+            epoch_slice(all.len(), per_step, step, seed, STREAM_DATA_ORDER)
                 .into_iter()
                 .map(|i| all[i].clone())
                 .collect()
@@ -242,23 +160,4 @@ pub fn run_sft_session(
 ) -> anyhow::Result<SessionOutcome> {
     let data = SftData::for_config(&trainer)?;
     run_recipe_session(trainer, options, observer, &mut |t| sft_step(t, &data))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn each_epoch_visits_every_episode_once() {
-        let n = 7;
-        let picks: Vec<usize> = (0..7)
-            .flat_map(|step| slice_for_step(n, 3, step, 5))
-            .collect();
-        for epoch in picks.chunks(n) {
-            let mut seen = epoch.to_vec();
-            seen.sort_unstable();
-            assert_eq!(seen, (0..n).collect::<Vec<_>>());
-        }
-        assert_eq!(slice_for_step(n, 3, 2, 5), slice_for_step(n, 3, 2, 5));
-    }
 }

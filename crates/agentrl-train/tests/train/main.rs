@@ -9,6 +9,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod import_graph;
 mod post_training;
 mod run_state;
 mod sft;

@@ -9,8 +9,8 @@ use agentrl_gym::Split;
 use agentrl_train::config::{load_config, Config};
 use agentrl_train::recipes::dpo::{build_pool, run_dpo_session, PAIRS_FILE};
 use agentrl_train::recipes::rft::run_rft_session;
-use agentrl_train::recipes::rl::Trainer;
 use agentrl_train::session::{Progress, SessionOptions};
+use agentrl_train::trainer::Trainer;
 
 use crate::common;
 
@@ -214,7 +214,7 @@ fn distillation_loss_is_zero_against_itself_and_positive_against_another_teacher
     )?)?;
     same.init_weights_from(&teacher_run)?;
     let teacher = open_teacher(&same, &teacher_run)?;
-    let mut rng = agentrl_train::recipes::rl::stream(1, 0, 9);
+    let mut rng = agentrl_train::streams::stream(1, 0, 9);
     let ids = same.tasks_for_step(0);
     let episodes = same.sample_policy_episodes(&ids, 8, &mut rng)?;
     let zero = same.distill_update(&teacher, &episodes, 1.0, 1e-3, true)?;

@@ -6,8 +6,9 @@ use std::path::Path;
 
 use agentrl_gym::Split;
 use agentrl_train::config::{load_config, Config};
-use agentrl_train::recipes::rl::Trainer;
-use agentrl_train::session::{run_session, Progress, SessionOptions};
+use agentrl_train::recipes::rl::run_rl_session;
+use agentrl_train::session::{Progress, SessionOptions};
+use agentrl_train::trainer::Trainer;
 use candle_core::Tensor;
 
 use crate::common::task_dir;
@@ -54,7 +55,7 @@ fn finished_run(
     let tasks = tmp.path().join("tasks");
     task_dir(&tasks, [1, 1, 1])?;
     let (trainer, _) = Trainer::create(tiny(tmp.path(), &tasks, name, extra)?)?;
-    run_session(trainer, &quiet(false))?;
+    run_rl_session(trainer, &quiet(false))?;
     let run = tmp.path().join("runs").join(name);
     Ok((tmp, run))
 }
@@ -86,7 +87,7 @@ fn a_finished_run_is_extended_with_recorded_overrides_and_others_are_refused() -
 
     let trainer = Trainer::resume(&run, &["train.steps=3".into(), "eval.samples=2".into()])?;
     assert_eq!((trainer.state.step, trainer.config.train.steps), (2, 3));
-    run_session(trainer, &quiet(false))?;
+    run_rl_session(trainer, &quiet(false))?;
     let changes = std::fs::read_to_string(run.join("config_changes.jsonl"))?;
     let lines: Vec<serde_json::Value> = changes
         .lines()
@@ -172,7 +173,10 @@ fn nan_logits_fail_the_step_that_sampled_them() -> anyhow::Result<()> {
     for (_, var) in trainer.policy.trainable_vars() {
         var.set(&(var.as_tensor().ones_like()? * f64::NAN)?)?;
     }
-    let err = format!("{:#}", run_session(trainer, &quiet(false)).err().unwrap());
+    let err = format!(
+        "{:#}",
+        run_rl_session(trainer, &quiet(false)).err().unwrap()
+    );
     assert!(
         err.contains("training step 1 of 2") && err.contains("NaN"),
         "{err}"
@@ -227,7 +231,7 @@ fn own_tasks_without_heldout_splits_train_and_evaluate_what_exists() -> anyhow::
     task_dir(&tasks, [1, 0, 0])?;
     let (trainer, _) = Trainer::create(tiny(tmp.path(), &tasks, "own", &[])?)?;
     assert_eq!(trainer.split_len(Split::Train), 1);
-    let outcome = run_session(trainer, &quiet(true))?;
+    let outcome = run_rl_session(trainer, &quiet(true))?;
     let evaluated: Vec<&str> = outcome.after.iter().map(|r| r.split.as_str()).collect();
     assert_eq!(evaluated, ["train"]);
     assert_eq!(outcome.absent_splits, ["heldout", "heldout-family"]);
@@ -279,7 +283,7 @@ fn a_stop_before_the_first_step_trains_nothing_and_writes_no_summary() -> anyhow
         stop: Some(&STOP),
         ..quiet(false)
     };
-    let outcome = run_session(trainer, &options)?;
+    let outcome = run_rl_session(trainer, &options)?;
     assert!(outcome.interrupted);
     assert_eq!((outcome.steps, outcome.session_steps), (0, 0));
     assert!(!tmp.path().join("runs/stopped/summary.json").exists());

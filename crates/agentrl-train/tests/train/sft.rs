@@ -7,9 +7,10 @@ use std::path::Path;
 
 use agentrl_gym::Split;
 use agentrl_train::config::{load_config, Config};
-use agentrl_train::recipes::rl::Trainer;
-use agentrl_train::recipes::sft::{expert_demonstrations, run_sft_session, write_episodes};
+use agentrl_train::demonstrations::expert_demonstrations;
+use agentrl_train::recipes::sft::{run_sft_session, write_episodes};
 use agentrl_train::session::{Progress, SessionOptions};
+use agentrl_train::trainer::Trainer;
 
 use crate::common;
 

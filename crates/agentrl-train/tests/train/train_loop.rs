@@ -6,8 +6,10 @@ use std::path::{Path, PathBuf};
 use agentrl_gym::Split;
 use agentrl_rollout::EvalReport;
 use agentrl_train::config::{load_config, Config};
-use agentrl_train::recipes::rl::{StepRecord, Trainer};
-use agentrl_train::session::{run_session, Progress, SessionOptions};
+use agentrl_train::recipes::rl::run_rl_session;
+use agentrl_train::session::{Progress, SessionOptions};
+use agentrl_train::step_record::StepRecord;
+use agentrl_train::trainer::Trainer;
 
 use crate::common;
 
@@ -127,7 +129,7 @@ fn a_resumed_run_ends_where_an_uninterrupted_one_ends() -> anyhow::Result<()> {
 
     let whole = config(&runs, &tasks, "whole", &knobs)?;
     let (trainer, _) = Trainer::create(whole)?;
-    run_session(trainer, &quiet())?;
+    run_rl_session(trainer, &quiet())?;
 
     // The interrupted run: two steps, a checkpoint, then the process "dies" (the trainer is
     // dropped without finishing); a later step's metrics line was written but not checkpointed.
@@ -144,7 +146,7 @@ fn a_resumed_run_ends_where_an_uninterrupted_one_ends() -> anyhow::Result<()> {
 
     let resumed = Trainer::resume(&runs.join("split"), &[])?;
     assert_eq!(resumed.state.step, 2);
-    run_session(resumed, &quiet())?;
+    run_rl_session(resumed, &quiet())?;
 
     let a = final_weights(&runs.join("whole"))?;
     let b = final_weights(&runs.join("split"))?;
@@ -183,7 +185,7 @@ fn a_torn_checkpoint_write_does_not_break_resume() -> anyhow::Result<()> {
         ],
     )?;
     let (trainer, _) = Trainer::create(cfg)?;
-    run_session(trainer, &quiet())?;
+    run_rl_session(trainer, &quiet())?;
     let run = runs.join("torn");
     let checkpoints = run.join("checkpoints");
     // A kill in the middle of writing step 3: a staging directory with a truncated model, a

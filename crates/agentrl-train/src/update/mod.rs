@@ -22,16 +22,15 @@
 
 use std::collections::BTreeMap;
 
-use agentrl_model::{ForUpdate, PendingGradients, Policy};
+use agentrl_model::Policy;
 use agentrl_rl::{
-    aggregate, apply_kl_to_rewards, compute_advantages_with, compute_policy_loss,
-    entropy_bonus_loss, entropy_from_logits, kl_loss, masked_mean_value,
-    rollout_correction_and_rejection, sum_pi_squared, token_log_probs, value_loss, AdvantageExtras,
-    AdvantageInputs, AggMode, AggScale, PolicyLoss, PolicyLossInputs,
+    apply_kl_to_rewards, compute_advantages_with, compute_policy_loss, entropy_bonus_loss,
+    entropy_from_logits, kl_loss, masked_mean_value, rollout_correction_and_rejection,
+    sum_pi_squared, value_loss, AdvantageExtras, AdvantageInputs, AggScale, PolicyLoss,
+    PolicyLossInputs,
 };
 use agentrl_rollout::{Batch, Episode};
 use anyhow::Context;
-use candle_core::backprop::GradStore;
 use candle_core::{DType, Device, Tensor, Var};
 use rand::seq::SliceRandom;
 use rand::Rng;
@@ -40,6 +39,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::algo::{Algorithm, KlPlacement, Knobs};
 use crate::optim::{clip_grad_norm, AdamW};
+
+mod post_training;
+mod score;
+
+pub use post_training::{
+    distill_update, dpo_update, supervised_update, DistillMetrics, DpoMetrics,
+};
+use score::{backward, scalar, score, Scored};
+pub use score::{sequence_log_probs_of, token_log_probs_of};
 
 /// Everything the update needs besides the batch.
 pub struct UpdateSetup<'a> {
@@ -111,113 +119,6 @@ pub struct UpdateMetrics {
     /// correction.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub rollout_corr: BTreeMap<String, f64>,
-}
-
-/// A forward pass scored at the loss positions only.
-struct Scored {
-    /// `log π(targets)` under `logits / T`, `[B, T]`; 0 off the loss positions.
-    logp: Tensor,
-    /// The scaled logits at the loss positions, `[1, N, V]`.
-    logits: Tensor,
-    /// Values `[B, T]` (0 off the loss positions), for a policy with a value head.
-    values: Option<Tensor>,
-    positions: Tensor,
-    shape: (usize, usize),
-    /// The part of the backward pass the policy runs itself ([`Policy::forward_at_for_update`]);
-    /// dropped by the passes that take no gradient.
-    pending: Option<Box<dyn PendingGradients>>,
-}
-
-impl Scored {
-    /// `[1, N]` (or `[N]`) values at the loss positions, as `[B, T]` with 0 elsewhere.
-    fn scatter(&self, at_positions: &Tensor) -> anyhow::Result<Tensor> {
-        let (b, t) = self.shape;
-        let flat = at_positions.flatten_all()?;
-        let zeros = Tensor::zeros(b * t, flat.dtype(), flat.device())?;
-        Ok(zeros
-            .index_add(&self.positions, &flat, 0)?
-            .reshape((b, t))?)
-    }
-}
-
-/// `loss.backward()` and the part of the backward pass the policy runs itself: the full
-/// gradient of every variable, ready for clipping.
-fn backward(
-    loss: &Tensor,
-    pending: Option<Box<dyn PendingGradients>>,
-) -> anyhow::Result<GradStore> {
-    let mut grads = loss.backward().context("backward pass")?;
-    ForUpdate::complete(pending, &mut grads).context("backward pass (the policy's own part)")?;
-    Ok(grads)
-}
-
-/// Scores `targets` under `logits / temperature` where `mask > 0` only
-/// ([`Policy::forward_at`]): nothing off the loss positions enters a loss, so a large
-/// vocabulary is never projected there.
-fn score(
-    policy: &dyn Policy,
-    ids: &Tensor,
-    targets: &Tensor,
-    mask: &Tensor,
-    temperature: f64,
-) -> anyhow::Result<Scored> {
-    let (b, t) = ids.dims2()?;
-    let mut positions: Vec<u32> = mask
-        .flatten_all()?
-        .to_vec1::<f32>()?
-        .iter()
-        .enumerate()
-        .filter(|(_, &m)| m > 0.0)
-        .map(|(i, _)| i as u32)
-        .collect();
-    if positions.is_empty() {
-        // A batch without action tokens still runs (its losses are 0): score one position.
-        positions.push(0);
-    }
-    let n = positions.len();
-    let positions = Tensor::from_vec(positions, n, ids.device())?;
-    let ForUpdate {
-        output: out,
-        pending,
-    } = policy
-        .forward_at_for_update(ids, &positions)
-        .context("trainer forward")?;
-    let logits = if temperature == 1.0 {
-        out.logits
-    } else {
-        (out.logits / temperature)?
-    };
-    let logits = logits.unsqueeze(0)?;
-    let picked_targets = targets
-        .flatten_all()?
-        .index_select(&positions, 0)?
-        .unsqueeze(0)?;
-    let logp_n = token_log_probs(&logits, &picked_targets)?;
-    let mut scored = Scored {
-        logp: logp_n.clone(),
-        logits,
-        values: None,
-        positions,
-        shape: (b, t),
-        pending,
-    };
-    scored.logp = scored.scatter(&logp_n)?;
-    if let Some(values) = out.values {
-        scored.values = Some(scored.scatter(&values)?);
-    }
-    Ok(scored)
-}
-
-/// [`score`] of a whole batch's action tokens at temperature 1 (the supervised, distillation
-/// and DPO updates, and the scoring beside them).
-fn score_batch(policy: &dyn Policy, batch: &Batch) -> anyhow::Result<Scored> {
-    score(
-        policy,
-        &batch.input_ids,
-        &batch.targets,
-        &batch.loss_mask,
-        1.0,
-    )
 }
 
 /// Outcome rewards as `[B, T]` token rewards: `R_i` on the last action token of row `i`.
@@ -618,170 +519,6 @@ pub fn trainer_token_logprobs(
     Ok(out)
 }
 
-/// One supervised step: negative log-likelihood of the masked tokens (the action tokens of
-/// demonstrations), `token-mean` aggregated, then backward, gradient clipping and one
-/// optimizer step at `lr`. Returns the loss.
-pub fn supervised_update(
-    policy: &dyn Policy,
-    optimizer: &mut AdamW,
-    vars: &[Var],
-    batch: &Batch,
-    lr: f64,
-    grad_clip: f64,
-) -> anyhow::Result<f64> {
-    let scored = score_batch(policy, batch)?;
-    let loss = aggregate(
-        &scored.logp.neg()?,
-        &batch.loss_mask,
-        AggMode::TokenMean,
-        &AggScale::default(),
-    )?;
-    let loss_value = scalar(&loss)?;
-    anyhow::ensure!(
-        loss_value.is_finite(),
-        "supervised update: the loss is {loss_value}"
-    );
-    let mut grads = backward(&loss, scored.pending)?;
-    clip_grad_norm(&mut grads, vars, grad_clip)?;
-    optimizer.step(&grads, lr)?;
-    Ok(loss_value)
-}
-
-/// Summed log-probs of each episode's action tokens, `log π(y|x) = Σ_t m_t log π(y_t|…)`
-/// (ALGORITHMS.md §14; no length normalisation), `[B]`: the numbers an update computes (the
-/// same forward pass), detached (a gradient through them would miss the part of the
-/// backward pass a policy runs itself; the updates here score and complete it).
-pub fn sequence_log_probs_of(policy: &dyn Policy, batch: &Batch) -> anyhow::Result<Tensor> {
-    let logp = score_batch(policy, batch)?.logp;
-    Ok(agentrl_rl::sequence_log_probs(&logp, &batch.loss_mask)?.detach())
-}
-
-/// `log π(target)` of each action token of `batch` under `policy` (temperature 1), `[B, T]`,
-/// 0 off the loss mask; detached, like [`sequence_log_probs_of`].
-pub fn token_log_probs_of(policy: &dyn Policy, batch: &Batch) -> anyhow::Result<Tensor> {
-    Ok(score_batch(policy, batch)?.logp.detach())
-}
-
-/// What one on-policy distillation update measured.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct DistillMetrics {
-    /// Mean per-token reverse KL estimate `log π_S − log π_T` over the student's sampled
-    /// action tokens (the distillation loss; 0 when student and teacher agree).
-    pub reverse_kl: f64,
-    pub grad_norm: f64,
-}
-
-/// One on-policy distillation step (ALGORITHMS.md §15, tinker-cookbook): advantages
-/// `A_t = −coef · (log π_S − log π_T)` on the student's own action tokens
-/// (`agentrl_rl::distill_advantages`, detached, no future sum) into the on-policy
-/// importance-sampling policy gradient `−Σ_t m_t A_t · π_S/sg(π_S) / Σ_t m_t`, whose value is
-/// 0 and whose gradient is `−A_t ∇ log π_S`. `teacher_logp` is `[B, T]` (0 off the mask).
-#[allow(clippy::too_many_arguments)]
-pub fn distill_update(
-    policy: &dyn Policy,
-    optimizer: &mut AdamW,
-    vars: &[Var],
-    batch: &Batch,
-    teacher_logp: &Tensor,
-    coef: f64,
-    lr: f64,
-    grad_clip: f64,
-    dry_run: bool,
-) -> anyhow::Result<DistillMetrics> {
-    let scored = score_batch(policy, batch)?;
-    let logp = scored.logp;
-    let mask = &batch.loss_mask;
-    let kl = agentrl_rl::reverse_kl_per_token(&logp.detach(), teacher_logp)?;
-    let reverse_kl = scalar(&aggregate(
-        &kl,
-        mask,
-        AggMode::TokenMean,
-        &AggScale::default(),
-    )?)?;
-    anyhow::ensure!(
-        reverse_kl.is_finite(),
-        "distillation update: the reverse KL is {reverse_kl}"
-    );
-    let mut grad_norm = 0.0;
-    if !dry_run {
-        let advantages = agentrl_rl::distill_advantages(&logp, teacher_logp, mask, coef)?;
-        let ratio = logp.sub(&logp.detach())?.exp()?;
-        let surrogate = advantages.mul(&ratio)?.neg()?;
-        let loss = aggregate(&surrogate, mask, AggMode::TokenMean, &AggScale::default())?;
-        let mut grads = backward(&loss, scored.pending)?;
-        grad_norm = clip_grad_norm(&mut grads, vars, grad_clip)?;
-        optimizer.step(&grads, lr)?;
-    }
-    Ok(DistillMetrics {
-        reverse_kl,
-        grad_norm,
-    })
-}
-
-/// What one DPO update measured (`agentrl_rl::DpoOutput`, as numbers).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct DpoMetrics {
-    pub loss: f64,
-    /// Mean `β(log π − log π_ref)` of the chosen minus that of the rejected episodes.
-    pub margin: f64,
-    pub chosen_reward: f64,
-    pub rejected_reward: f64,
-    /// Share of pairs whose implicit reward prefers the chosen episode.
-    pub reward_accuracy: f64,
-    pub grad_norm: f64,
-}
-
-/// One DPO step (`agentrl_rl::dpo_loss`) on `pairs`, a batch of the `P` chosen episodes then
-/// the `P` rejected ones (row `i` against row `P + i`), with the frozen reference's summed
-/// log-probs of the same rows in `reference` (`2P` values, computed once from the start
-/// weights). `dry_run` measures without updating.
-#[allow(clippy::too_many_arguments)]
-pub fn dpo_update(
-    policy: &dyn Policy,
-    optimizer: &mut AdamW,
-    vars: &[Var],
-    pairs: &Batch,
-    reference: &[f32],
-    beta: f64,
-    lr: f64,
-    grad_clip: f64,
-    dry_run: bool,
-) -> anyhow::Result<DpoMetrics> {
-    let rows = pairs.group_ids.len();
-    anyhow::ensure!(
-        rows >= 2 && rows % 2 == 0 && reference.len() == rows,
-        "DPO update: {rows} rows and {} reference log-probs; want 2P of each (P chosen, P rejected)",
-        reference.len()
-    );
-    let p = rows / 2;
-    let scored = score_batch(policy, pairs)?;
-    let logp = agentrl_rl::sequence_log_probs(&scored.logp, &pairs.loss_mask)?;
-    let reference = Tensor::from_slice(reference, rows, logp.device())?.to_dtype(logp.dtype())?;
-    let out = agentrl_rl::dpo_loss(
-        &logp.narrow(0, 0, p)?,
-        &logp.narrow(0, p, p)?,
-        &reference.narrow(0, 0, p)?,
-        &reference.narrow(0, p, p)?,
-        beta,
-    )?;
-    let loss = scalar(&out.loss)?;
-    anyhow::ensure!(loss.is_finite(), "DPO update: the loss is {loss}");
-    let mut grad_norm = 0.0;
-    if !dry_run {
-        let mut grads = backward(&out.loss, scored.pending)?;
-        grad_norm = clip_grad_norm(&mut grads, vars, grad_clip)?;
-        optimizer.step(&grads, lr)?;
-    }
-    Ok(DpoMetrics {
-        loss,
-        margin: f64::from(out.margin),
-        chosen_reward: f64::from(out.chosen_reward),
-        rejected_reward: f64::from(out.rejected_reward),
-        reward_accuracy: f64::from(out.reward_accuracy),
-        grad_norm,
-    })
-}
-
 #[derive(Default)]
 struct Sums {
     steps: usize,
@@ -804,10 +541,6 @@ struct Sums {
     rollout_corr: BTreeMap<String, f64>,
 }
 
-fn scalar(t: &Tensor) -> anyhow::Result<f64> {
-    Ok(t.to_dtype(DType::F64)?.to_scalar::<f64>()?)
-}
-
 /// Splits `items` into `parts` contiguous chunks whose sizes differ by at most one.
 fn split_even(items: &[u32], parts: usize) -> Vec<Vec<u32>> {
     let (base, extra) = (items.len() / parts, items.len() % parts);
@@ -828,6 +561,7 @@ mod tests {
     use crate::config::load_config;
     use crate::optim::AdamWParams;
     use agentrl_model::{TinyAgent, TinyConfig};
+    use agentrl_rl::AggMode;
     use rand::SeedableRng;
 
     /// A synthetic rollout batch: 2 groups × 3 episodes, prompt/observation holes in the mask,
