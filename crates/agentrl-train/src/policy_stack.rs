@@ -5,7 +5,7 @@
 //! behind its grammar, or Qwen3 with LoRA) and a `ChatCodec` for it, so every step (rollout →
 //! batch → update → checkpoint) is the same code for both families. An engine that must not
 //! see the weights move under it (async rollouts, a bf16 engine) samples from a
-//! [`TrainPolicy::snapshot`] that [`TrainPolicy::copy_weights_from`] brings up to date.
+//! [`TrainPolicy::replica`] that [`EngineReplica::refresh`] brings up to date.
 
 use std::any::Any;
 

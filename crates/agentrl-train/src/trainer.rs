@@ -1,12 +1,13 @@
 //! The trainer core: everything a run holds in memory (the policy and its reference, the
 //! optimizer, the codec, the tasks and the gym's executor, the engine's weights, the run
 //! directory and its state), how a run is created, resumed or opened, and what every recipe
-//! does with it: sample ([`Trainer::sampler`]), evaluate, log, checkpoint.
+//! does with it: sample (`Trainer::sampler`), evaluate, log, checkpoint.
 //!
 //! Where it sits: built from the config (`crate::build`, `crate::engine_sync`) → a recipe's
 //! step (`crate::recipes`) drives it → `crate::session` runs the steps with evaluations and
 //! checkpoints. The core knows no recipe: each recipe is a file on top of it. The optimizer
-//! steps a recipe takes on given episodes (supervised, DPO, distillation) are in [`updates`].
+//! steps a recipe takes on given episodes (supervised, DPO, distillation) are in
+//! `trainer/updates.rs`.
 
 mod updates;
 

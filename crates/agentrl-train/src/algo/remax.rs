@@ -6,7 +6,7 @@
 //! every preset).
 //!
 //! The trainer samples one extra episode per task at temperature 0 for the baseline
-//! ([`super::Algorithm::needs_greedy_baseline`]); it is used for nothing else.
+//! ([`super::Knobs::needs_greedy_baseline`]); it is used for nothing else.
 
 use agentrl_rl::{AggMode, KlEstimator};
 

@@ -17,7 +17,7 @@
 //!
 //! The policy is scored through [`Policy::forward_at_for_update`]: a policy may run part of its
 //! forward pass outside candle's graph (TinyAgent's trunk), and the backward pass it still owes
-//! ([`ForUpdate::complete`]) runs right after `loss.backward()`, before the gradients are
+//! ([`agentrl_model::ForUpdate::complete`]) runs right after `loss.backward()`, before the gradients are
 //! clipped, so clipping and AdamW see every variable's full gradient.
 
 use std::collections::BTreeMap;
