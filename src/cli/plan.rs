@@ -1,7 +1,9 @@
 //! `agentrl plan --config …`: where a training step's memory and tokens go, printed before
 //! anything runs (`agentrl_train::plan`): weights, gradients, optimizer state, activations
 //! per micro-batch and the rollout's KV cache, for TinyAgent or a Qwen3 `config.json`; with
-//! `--throughput-from RUN`, the expected step time at that run's measured tokens/s.
+//! `--throughput-from RUN`, the expected step time at that run's measured tokens/s; with
+//! `--target-step-s T --costs-from RUN`, the gym servers and engines a step of at most `T`
+//! seconds needs (`agentrl_train::fleet_plan`).
 
 use std::path::PathBuf;
 
@@ -9,6 +11,7 @@ use anyhow::Context as _;
 use clap::Args;
 
 use agentrl_train::config::{load_config, ModelKind};
+use agentrl_train::fleet_plan::{FleetPlan, MeasuredCosts};
 use agentrl_train::plan::{ModelShape, StepPlan};
 
 #[derive(Debug, Args)]
@@ -30,6 +33,14 @@ pub struct PlanArgs {
     /// expected step time.
     #[arg(long, value_name = "RUN")]
     pub throughput_from: Option<PathBuf>,
+    /// Also say how many gym servers and engines the step needs to take at most this many
+    /// seconds, from the costs measured in --costs-from RUN.
+    #[arg(long, value_name = "SECONDS", requires = "costs_from")]
+    pub target_step_s: Option<f64>,
+    /// A finished run (ideally of this config, on machines like the servers') whose measured
+    /// gym, engine and update costs size the fleet.
+    #[arg(long, value_name = "RUN", requires = "target_step_s")]
+    pub costs_from: Option<PathBuf>,
     /// Print the plan as JSON.
     #[arg(long)]
     pub json: bool,
@@ -53,10 +64,19 @@ pub fn plan(args: PlanArgs) -> anyhow::Result<()> {
         Some(run) => Some(plan.tokens_per_step as f64 / median_throughput(run)?),
         None => None,
     };
+    let fleet = match (&args.costs_from, args.target_step_s) {
+        (Some(run), Some(target)) => Some(FleetPlan::new(
+            MeasuredCosts::from_run(run)?,
+            plan.episodes_per_step,
+            target,
+        )?),
+        _ => None,
+    };
     if args.json {
         let mut value = serde_json::to_value(&plan)?;
         value["step_peak"] = serde_json::json!(plan.peak(config.engine.async_rollouts));
         value["expected_step_s"] = serde_json::json!(expected_step_s);
+        value["fleet"] = serde_json::to_value(&fleet)?;
         println!("{}", serde_json::to_string_pretty(&value)?);
         return Ok(());
     }
@@ -70,6 +90,9 @@ pub fn plan(args: PlanArgs) -> anyhow::Result<()> {
             "  expected step time          unknown (pass --throughput-from RUN, a run of this \
              model on this machine)"
         ),
+    }
+    if let Some(fleet) = &fleet {
+        print!("{}", fleet.table());
     }
     Ok(())
 }

@@ -9,7 +9,9 @@
 //! `generation_config.json` as vLLM's `--generation-config auto` does (`--generation-config
 //! vllm` ignores the file). `--force-temperature T` is a fault injection for testing the
 //! mismatch preflight: every request is sampled and reported at `T`. The first line on stdout
-//! is `listening on http://HOST:PORT` (with `--port 0`, the port the system picked).
+//! is `listening on http://HOST:PORT` (with `--port 0`, the port the system picked). Bound
+//! anywhere but loopback it needs an API key, and with one it refuses requests without it
+//! (`agentrl_gym::service::access`, the rule of `agentrl gym serve` too).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -18,6 +20,7 @@ use std::sync::Arc;
 use agentrl_chat::qwen::QwenTokenizer;
 use agentrl_engine::serve::{self, GenerationDefaults, LocalServed, ServeOptions, TextCodec};
 use agentrl_engine::LogprobKind;
+use agentrl_gym::service::{access, AccessRule};
 use agentrl_model::qwen3::{LoadOptions, Qwen3};
 use anyhow::{bail, Context, Result};
 use candle_core::DType;
@@ -30,7 +33,8 @@ pub struct ServeArgs {
     /// prompts and the `text` of responses.
     #[arg(long, value_name = "DIR")]
     pub model: PathBuf,
-    /// Address to listen on.
+    /// Address to listen on. Anything but loopback needs an API key (AGENTRL_API_KEY or
+    /// --api-key-file), as `agentrl gym serve`.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
     /// Port to listen on (0 = any free port, printed on the first line).
@@ -58,6 +62,10 @@ pub struct ServeArgs {
     /// HTTP threads parsing requests (the model runs on one thread of its own).
     #[arg(long, default_value_t = 8)]
     pub http_threads: usize,
+    /// A file holding the API key clients must send as `Authorization: Bearer KEY` (vLLM's
+    /// --api-key; instead of the AGENTRL_API_KEY variable).
+    #[arg(long, value_name = "FILE")]
+    pub api_key_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -93,6 +101,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         "bf16" => DType::BF16,
         other => bail!("--dtype must be f32 or bf16, got {other:?}"),
     };
+    let access = AccessRule::for_bind(&args.host, access::key_from(args.api_key_file.as_deref())?)?;
     if !args.model.is_dir() {
         bail!("--model {}: no such folder", args.model.display());
     }
@@ -132,6 +141,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         defaults,
         text,
         http_threads: args.http_threads,
+        access,
         ..ServeOptions::default()
     };
     let served = LocalServed::new(model, name.clone(), path);

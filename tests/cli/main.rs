@@ -8,13 +8,16 @@ mod cli_chat_render;
 mod examples;
 mod experiment_cli;
 mod gym_cli;
+mod gym_service;
 mod monitor_runs;
 mod plan_cli;
 mod post_training_cli;
+mod python_client;
 mod runs_cli;
 mod score_cli;
 mod serve_cli;
 mod sft_cli;
+mod support;
 
 /// The independent TensorBoard reader of `agentrl-run`'s tests (`monitor_runs` reads the
 /// event files of real runs with it).

@@ -167,22 +167,7 @@ fn score_names_the_bad_line() {
 fn the_tiny_qwen3_script_makes_a_folder_score_loads_and_tokenizer_is_a_flag() {
     let Some(assets) = assets() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("tiny");
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/make_tiny_qwen3.py");
-    let made = Command::new("python3")
-        .arg(&script)
-        .arg("--out")
-        .arg(&out)
-        .arg("--assets")
-        .arg(&assets)
-        .output()
-        .unwrap();
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
+    let out = crate::support::tiny_qwen3(dir.path(), &[]);
     let input = dir.path().join("input.jsonl");
     std::fs::write(&input, "{\"text\": \"def add(a, b): return a + b\"}\n").unwrap();
     let scored = run_score(&out, &input);

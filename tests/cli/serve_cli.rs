@@ -4,8 +4,7 @@
 //! vLLM's `token_ids` / `prompt_logprobs` / `stop_reason` extras, OpenAI's error object), the
 //! stop token kept in `token_ids`, and `generation_config.json` filling omitted parameters.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use crate::support::{spawn_server, Served};
 
 use agentrl_model::qwen3::{LoadOptions, Qwen3, Qwen3Config};
 use serde_json::{json, Value};
@@ -38,45 +37,14 @@ fn model_folder(dir: &std::path::Path) {
     .unwrap();
 }
 
-/// The server process; killed when dropped.
-struct Served {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn serve(dir: &std::path::Path, extra: &[&str]) -> Served {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agentrl"))
-        .args([
-            "serve",
-            "--port",
-            "0",
-            "--served-model-name",
-            "tiny",
-            "--model",
-        ])
-        .arg(dir)
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_string();
-    Served { child, url }
+    let model = dir.to_str().unwrap();
+    let args = [
+        &["serve", "--served-model-name", "tiny", "--model", model],
+        extra,
+    ]
+    .concat();
+    spawn_server(&args, None)
 }
 
 /// `(status, JSON body)` of a request; error statuses are answers too.
@@ -293,4 +261,29 @@ fn a_forced_temperature_and_a_logprobs_mode_are_applied() {
         .iter()
         .zip(lps(&raw))
         .any(|(a, b)| (a - b).abs() > 1e-3));
+}
+
+/// With a key (`--api-key-file`, as vLLM's `--api-key`), every route answers 401 in OpenAI's
+/// error shape to a request without `Authorization: Bearer KEY`, and works with it.
+#[test]
+fn with_a_key_every_request_must_carry_it() {
+    let dir = tempfile::tempdir().unwrap();
+    model_folder(dir.path());
+    let key_file = dir.path().join("key");
+    std::fs::write(&key_file, "sesame\n").unwrap();
+    let served = serve(dir.path(), &["--api-key-file", key_file.to_str().unwrap()]);
+    let models = format!("{}/v1/models", served.url);
+    let (status, body) = call("GET", &models, None);
+    assert_openai_error(status, &body, 401);
+    let (status, body) = call(
+        "POST",
+        &format!("{}/v1/completions", served.url),
+        Some(json!({"model": "tiny", "prompt": [1, 2], "max_tokens": 1})),
+    );
+    assert_openai_error(status, &body, 401);
+    let keyed = ureq::get(&models)
+        .set("Authorization", "Bearer sesame")
+        .call()
+        .unwrap();
+    assert_eq!(keyed.status(), 200);
 }

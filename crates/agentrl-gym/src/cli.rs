@@ -115,6 +115,86 @@ pub enum GymCommand {
     },
     /// Which sandbox layers are active on this machine.
     SandboxInfo,
+    /// Serve the gym over HTTP/JSON (protocol: docs/GYM_SERVICE.md) so trainers on other
+    /// machines run episodes here (`[gym] endpoints`). The first line on stdout is
+    /// `listening on http://HOST:PORT`.
+    Serve(ServeArgs),
+}
+
+/// `agentrl gym serve`.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on. Anything but loopback needs an API key (AGENTRL_API_KEY or
+    /// --api-key-file).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0 = any free port, printed on the first line).
+    #[arg(long, default_value_t = 8100)]
+    pub port: u16,
+    /// Live episodes at most; a start past it is answered 429.
+    #[arg(long, default_value_t = 256)]
+    pub max_episodes: usize,
+    /// Close an episode after this many seconds without a request.
+    #[arg(long, default_value_t = 600.0)]
+    pub idle_timeout_s: f64,
+    /// Threads taking requests (default: 4 per core, at least 16).
+    #[arg(long)]
+    pub http_threads: Option<usize>,
+    /// A file holding the API key clients must send as `Authorization: Bearer KEY` (instead
+    /// of the AGENTRL_API_KEY variable).
+    #[arg(long, value_name = "FILE")]
+    pub api_key_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub tasks: TasksDirArg,
+}
+
+/// Runs `agentrl gym serve` until the process is stopped.
+pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
+    use crate::service::{access, AccessRule, GymServeOptions, GymServer};
+    let idle_timeout = std::time::Duration::try_from_secs_f64(args.idle_timeout_s)
+        .ok()
+        .filter(|d| !d.is_zero() && d.as_secs() <= 365 * 24 * 3600)
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "--idle-timeout-s must be > 0 and at most a year, got {}",
+                args.idle_timeout_s
+            )
+        })?;
+    let access = AccessRule::for_bind(&args.host, access::key_from(args.api_key_file.as_deref())?)?;
+    let tasks = args.tasks.load()?;
+    report_broken(&tasks);
+    let mut options = GymServeOptions {
+        max_episodes: args.max_episodes,
+        idle_timeout,
+        access,
+        ..GymServeOptions::default()
+    };
+    if let Some(threads) = args.http_threads {
+        options.http_threads = threads;
+    }
+    let keyed = options.access.requires_key();
+    let count = tasks.tasks().len();
+    let server = GymServer::start(
+        tasks,
+        default_executor()?,
+        options,
+        &format!("{}:{}", args.host, args.port),
+    )?;
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "listening on {}", server.url())?;
+    stdout.flush()?;
+    eprintln!(
+        "agentrl gym serve: {count} tasks on {} ({}, at most {} live episodes)",
+        server.url(),
+        if keyed {
+            "API key required"
+        } else {
+            "no API key"
+        },
+        args.max_episodes
+    );
+    server.wait();
+    Ok(())
 }
 
 /// Runs a gym command. A closed stdout (`agentrl gym list | head`) ends it quietly.
@@ -325,6 +405,10 @@ fn run_command(args: GymArgs) -> anyhow::Result<()> {
         GymCommand::SandboxInfo => {
             write!(stdout, "{}", sandbox_info_report())?;
             Ok(())
+        }
+        GymCommand::Serve(args) => {
+            drop(stdout);
+            serve(&args)
         }
     }
 }

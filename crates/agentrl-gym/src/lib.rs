@@ -15,7 +15,8 @@
 //! workspace earns no verdict).
 //! [`expert`] scripts the calls that solve a task (SFT demonstrations). [`render`] turns
 //! observations into chat text or TinyAgent symbols; [`validate`] checks task folders and
-//! measures a random policy. With the `cli` feature, `cli` is `agentrl gym …` and
+//! measures a random policy. [`service`] puts the gym behind HTTP (`agentrl gym serve`) and
+//! gives the trainer a client over a fleet of such servers. With the `cli` feature, `cli` is `agentrl gym …` and
 //! `bench` is `agentrl bench gym` (the library itself takes no flags and needs no clap).
 //!
 //! This crate sits at the start of the data flow (`TaskSet → Env::reset → Observation →
@@ -35,6 +36,7 @@ pub mod harness;
 pub mod render;
 pub mod reward;
 pub mod sandbox;
+pub mod service;
 pub mod task;
 pub mod trusted;
 pub mod types;

@@ -288,6 +288,29 @@ impl Task {
         }
     }
 
+    /// A SHA-256 of everything that decides the task's episodes and verdicts (prompt, files,
+    /// reference, hidden cases, candidates, limits), hex: two processes with the same
+    /// fingerprint for an id run the same task. The gym service's client checks it against
+    /// every server (`service::client`).
+    pub fn fingerprint(&self) -> String {
+        use sha2::Digest;
+        let content = serde_json::json!({
+            "id": self.id,
+            "family": self.family,
+            "split": self.split,
+            "prompt": self.prompt,
+            "modules": self.modules,
+            "support": self.support,
+            "limits": self.limits,
+            "visible": self.visible,
+            "reference": self.reference,
+            "hidden": self.hidden,
+            "candidates": self.candidates,
+        });
+        let digest = sha2::Sha256::digest(content.to_string().as_bytes());
+        digest.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
     /// Index of the reference fix among the candidates, if the task lists it.
     pub fn fix_candidate(&self) -> Option<usize> {
         self.candidates

@@ -48,6 +48,12 @@ pub mod names {
     /// Verifier runs of the step's episodes repeated because a time limit stopped them the
     /// first time (a stalled machine; a hang pays its limit twice).
     pub const VERDICT_RERUNS: &str = "env/verdict_reruns";
+    /// Requests to gym servers (`[gym] endpoints`) that failed this step: a server
+    /// unreachable, a time-out, a 5xx, an episode the server lost. Absent in process.
+    pub const REMOTE_FAILURES: &str = "env/remote_failures";
+    /// Episodes restarted on a gym server from their task (every action replayed) after such a
+    /// failure: none is dropped or scored 0. Absent in process.
+    pub const REMOTE_RETRIES: &str = "env/remote_retries";
     /// Malformed or rejected actions over all actions.
     pub const FORMAT_ERROR_RATE: &str = "env/format_error_rate";
     /// Share of episodes that called `submit` themselves.

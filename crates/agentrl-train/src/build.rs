@@ -168,6 +168,11 @@ pub fn connect_remote(config: &Config) -> anyhow::Result<Option<RemoteEngine>> {
         "max_in_flight": e.max_in_flight,
         "request_timeout_s": e.timeout_s,
         "retries": e.retries,
+        // A keyed `agentrl serve` (or vLLM `--api-key`) gets the key the gym servers get.
+        "api_key_env": std::env::var(agentrl_gym::service::access::API_KEY_ENV)
+            .ok()
+            .filter(|k| !k.is_empty())
+            .map(|_| agentrl_gym::service::access::API_KEY_ENV),
     }))
     .context("building the remote engine's config from [engine]")?;
     let remote = RemoteEngine::connect(remote_config)

@@ -27,6 +27,7 @@ pub mod build;
 pub mod config;
 pub mod demonstrations;
 pub mod engine_sync;
+pub mod fleet_plan;
 pub mod metrics;
 pub mod optim;
 pub mod plan;

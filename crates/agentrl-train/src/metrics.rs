@@ -27,6 +27,12 @@ pub fn metric_line(record: &StepRecord) -> MetricLine {
     if let Some(seconds) = record.time_sync_s {
         line.set(names::TIME_SYNC, seconds);
     }
+    if let Some(failures) = record.remote_failures {
+        line.set(names::REMOTE_FAILURES, failures);
+    }
+    if let Some(retries) = record.remote_retries {
+        line.set(names::REMOTE_RETRIES, retries);
+    }
     if let Some(peak) = agentrl_run::metrics::peak_rss_bytes() {
         line.set(names::PEAK_MEMORY_GB, peak as f64 / 1e9);
     }

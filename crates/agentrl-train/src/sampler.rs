@@ -1,5 +1,5 @@
 //! Sampling a run's episodes: the tasks, the gym's environments (the run's turn limit and
-//! reward, one sandbox executor and outcome cache), the codec and the engine on its weights
+//! reward, in process or on gym servers), the codec and the engine on its weights
 //! ([`EngineWeights`]), driven by `agentrl_rollout` in bounded chunks.
 //!
 //! Where it sits: the trainer lends a [`Sampler`] (its fields, borrowed apart from the
@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use agentrl_chat::ChatCodec;
 use agentrl_engine::{Engine, NoisyLogprobs, OnThreads, SamplingParams, WeightSync};
-use agentrl_gym::sandbox::Executor;
-use agentrl_gym::{BugFixEnv, EnvConfig, OutcomeCache, TaskSet};
+use agentrl_gym::service::{GymBackend, GymEnv};
+use agentrl_gym::{EnvConfig, TaskSet};
 use agentrl_rollout::{
     run_groups_bounded, EnvClock, Episode, LiveBound, RolloutLimits, ShuffledCandidates, Timed,
 };
@@ -31,8 +31,8 @@ pub const MAX_LIVE_EPISODES: usize = 256;
 pub struct Sampler<'a> {
     pub config: &'a Config,
     pub tasks: &'a Arc<TaskSet>,
-    pub executor: &'a Arc<dyn Executor>,
-    pub cache: &'a Arc<OutcomeCache>,
+    /// Where episodes run: in process or on gym servers.
+    pub gym: &'a GymBackend,
     pub env_clock: &'a Arc<EnvClock>,
     pub codec: &'a (dyn ChatCodec + Send + Sync),
     pub weights: EngineWeights<'a>,
@@ -50,22 +50,13 @@ impl<'a> Sampler<'a> {
     pub fn rollout_limits(&self) -> RolloutLimits {
         RolloutLimits {
             max_episode_tokens: self.config.model.max_seq,
-            env_threads: self.config.threads().max(2),
+            env_threads: self.gym.concurrency(self.config.threads().max(2)),
         }
     }
 
-    pub fn envs(&self, count: usize) -> Vec<BugFixEnv> {
+    pub fn envs(&self, count: usize) -> Vec<GymEnv> {
         let config = self.env_config();
-        (0..count)
-            .map(|_| {
-                BugFixEnv::new(
-                    self.tasks.clone(),
-                    self.executor.clone(),
-                    self.cache.clone(),
-                    config.clone(),
-                )
-            })
-            .collect()
+        (0..count).map(|_| self.gym.env(&config)).collect()
     }
 
     /// The engine the rollouts sample with; with `engine.logprob_noise`, behind the injected
@@ -115,7 +106,7 @@ impl<'a> Sampler<'a> {
     ) -> anyhow::Result<Vec<Episode>> {
         let mut engine = self.engine()?;
         let mut make_envs =
-            |n: usize, rng: &mut ChaCha8Rng| -> Vec<ShuffledCandidates<Timed<BugFixEnv>>> {
+            |n: usize, rng: &mut ChaCha8Rng| -> Vec<ShuffledCandidates<Timed<GymEnv>>> {
                 self.envs(n)
                     .into_iter()
                     .map(|env| {

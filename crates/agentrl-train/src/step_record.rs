@@ -51,6 +51,12 @@ pub struct StepRecord {
     pub time_sync_s: Option<f64>,
     pub time_update_s: f64,
     pub time_step_s: f64,
+    /// Failed requests to gym servers and episodes restarted after them, during the step
+    /// (`env/remote_*`); `None` when the gym runs in process.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub remote_failures: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub remote_retries: Option<f64>,
     /// Loss of a format warm-up step (`train.format_warmup_steps`); such steps sample no
     /// episodes, so their rollout figures are 0.
     #[serde(skip_serializing_if = "Option::is_none", default)]

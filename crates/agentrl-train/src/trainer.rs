@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use agentrl_chat::ChatCodec;
 use agentrl_engine::{LogprobKind, SamplingParams, WeightSync};
-use agentrl_gym::sandbox::Executor;
-use agentrl_gym::{BugFixEnv, OutcomeCache, Split, TaskSet};
+use agentrl_gym::service::{GymBackend, GymEnv};
+use agentrl_gym::{Split, TaskSet};
 use agentrl_rl::KlController;
 use agentrl_rollout::{evaluate_split, EnvClock, EvalReport, Prefetched, RolloutLimits};
 use agentrl_run::{write_atomic_with, RunDir, TrainState};
@@ -47,8 +47,7 @@ macro_rules! sampler_of {
         $crate::sampler::Sampler {
             config: &$trainer.config,
             tasks: &$trainer.tasks,
-            executor: &$trainer.executor,
-            cache: &$trainer.cache,
+            gym: &$trainer.gym,
             env_clock: &$trainer.env_clock,
             codec: $trainer.codec.as_ref(),
             weights: $trainer
@@ -80,8 +79,8 @@ pub struct Trainer {
     pub codec: Box<dyn ChatCodec + Send + Sync>,
     pub(crate) tasks: Arc<TaskSet>,
     pub(crate) train_ids: Vec<String>,
-    pub(crate) executor: Arc<dyn Executor>,
-    pub(crate) cache: Arc<OutcomeCache>,
+    /// Where the episodes run: in process, or on gym servers (`[gym]`).
+    pub(crate) gym: GymBackend,
     pub(crate) kl: KlController,
     pub state: TrainState,
     pub run: RunDir,
@@ -304,6 +303,13 @@ impl Trainer {
             episodes_seen: 0,
             train_seconds: 0.0,
         };
+        let gym = GymBackend::new(&config.gym, tasks.clone()).with_context(|| {
+            if config.gym.is_remote() {
+                format!("connecting to gym.endpoints = {:?}", config.gym.endpoints)
+            } else {
+                "starting the gym's sandbox executor".to_string()
+            }
+        })?;
         Ok(Self {
             algorithm,
             knobs,
@@ -315,9 +321,7 @@ impl Trainer {
             codec,
             tasks,
             train_ids,
-            executor: agentrl_gym::sandbox::default_executor()
-                .context("starting the gym's sandbox executor")?,
-            cache: OutcomeCache::new(),
+            gym,
             kl,
             state,
             run,
@@ -478,7 +482,7 @@ impl Trainer {
 
     /// `count` fresh envs of the run's episode config (turn limit, reward), sharing the run's
     /// sandbox executor and outcome cache.
-    pub fn training_envs(&self, count: usize) -> Vec<BugFixEnv> {
+    pub fn training_envs(&self, count: usize) -> Vec<GymEnv> {
         self.sampler().envs(count)
     }
 

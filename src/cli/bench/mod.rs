@@ -91,11 +91,15 @@ pub struct BenchArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum BenchTarget {
-    /// Sandboxed test executions per second: fresh python3 per run vs the warm pool.
+    /// Sandboxed test executions per second: fresh python3 per run vs the warm pool; with
+    /// --remote, verdict episodes through one and two local gym servers vs in process.
     Gym {
         /// Print the result as JSON on stdout.
         #[arg(long)]
         json: bool,
+        /// Measure the gym as a service (`agentrl gym serve`) instead.
+        #[arg(long)]
+        remote: bool,
     },
     /// Wall time of the default run to reach 90% hidden solve on train.
     Train {
@@ -146,7 +150,11 @@ pub enum BenchTarget {
 
 pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
     match args.target {
-        BenchTarget::Gym { json } => agentrl_gym::bench::run(json),
+        BenchTarget::Gym {
+            json,
+            remote: false,
+        } => agentrl_gym::bench::run(json),
+        BenchTarget::Gym { json, remote: true } => agentrl_gym::bench::remote::run(json),
         BenchTarget::Train { json, seed, set } => {
             let mut overrides: Vec<String> = seed
                 .map(|s| format!("train.seed={s}"))

@@ -194,6 +194,9 @@ pub struct ServeOptions {
     pub version: String,
     /// Most alternatives per token a request may ask for (vLLM's `--max-logprobs`).
     pub max_logprobs: usize,
+    /// Who may send requests: the token rule of `agentrl gym serve` too (a key, as vLLM's
+    /// `--api-key`, required off loopback; 401 without it).
+    pub access: agentrl_gym::service::AccessRule,
 }
 
 impl Default for ServeOptions {
@@ -206,6 +209,7 @@ impl Default for ServeOptions {
             http_threads: 8,
             version: format!("agentrl-serve {}", env!("CARGO_PKG_VERSION")),
             max_logprobs: 20,
+            access: agentrl_gym::service::AccessRule::open(),
         }
     }
 }
@@ -219,6 +223,7 @@ impl std::fmt::Debug for ServeOptions {
             .field("text", &self.text.is_some())
             .field("http_threads", &self.http_threads)
             .field("version", &self.version)
+            .field("access", &self.access)
             .finish()
     }
 }

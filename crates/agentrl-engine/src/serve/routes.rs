@@ -110,6 +110,7 @@ impl ApiError {
     fn reply(self) -> Reply {
         let kind = match self.status {
             400 => "BadRequestError",
+            401 => "AuthenticationError",
             404 => "NotFoundError",
             _ => "InternalServerError",
         };
@@ -133,11 +134,23 @@ pub(super) fn handle(ctx: &Context, mut request: tiny_http::Request) {
     let method = request.method().clone();
     let url = request.url().to_string();
     let path = url.split('?').next().unwrap_or_default().to_string();
+    let authorization = request
+        .headers()
+        .iter()
+        .find(|h| h.field.equiv("Authorization"))
+        .map(|h| h.value.as_str().to_string());
     let mut body = String::new();
-    let read = request.as_reader().take(MAX_BODY).read_to_string(&mut body);
-    let answer = match read {
-        Err(e) => Err(ApiError::bad(format!("reading the request body: {e}"))),
-        Ok(_) => route(ctx, &method, &path, &body),
+    let answer = if !ctx.options.access.allows(authorization.as_deref()) {
+        Err(ApiError {
+            status: 401,
+            message: "missing or wrong API key: send `Authorization: Bearer KEY`".into(),
+            param: None,
+        })
+    } else {
+        match request.as_reader().take(MAX_BODY).read_to_string(&mut body) {
+            Err(e) => Err(ApiError::bad(format!("reading the request body: {e}"))),
+            Ok(_) => route(ctx, &method, &path, &body),
+        }
     };
     let reply = answer.unwrap_or_else(ApiError::reply);
     let mut response = tiny_http::Response::from_string(reply.body).with_status_code(reply.status);

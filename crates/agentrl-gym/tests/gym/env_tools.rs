@@ -2,12 +2,10 @@
 //! the turn limit, truncation, tamper detection, anti-forgery edits, exploit, splits, candidate
 //! shuffling, the CLI's play/run loops.
 
-use std::sync::{Arc, OnceLock};
-
+use crate::shared;
 use agentrl_gym::cli::{parse_typed, play, run_actions};
 use agentrl_gym::env::TRUNCATION_MARKER;
 use agentrl_gym::render::{render_symbols, render_text, symbol_vocabulary};
-use agentrl_gym::sandbox::{default_executor, Executor};
 use agentrl_gym::task::{Split, TaskSet, PUBLIC_TEST_FILE};
 use agentrl_gym::{
     Action, BugFixEnv, Env, EnvConfig, ErrorKind, Observation, OutcomeCache, Reward, ToolCall,
@@ -16,18 +14,6 @@ use serde_json::json;
 
 const TASK: &str = "intdiv-000";
 const MODULE: &str = "averages.py";
-
-fn shared() -> (Arc<TaskSet>, Arc<dyn Executor>) {
-    static SHARED: OnceLock<(Arc<TaskSet>, Arc<dyn Executor>)> = OnceLock::new();
-    SHARED
-        .get_or_init(|| {
-            (
-                Arc::new(TaskSet::builtin().expect("built-in tasks")),
-                default_executor().expect("sandbox pool"),
-            )
-        })
-        .clone()
-}
 
 fn env_with(config: EnvConfig) -> BugFixEnv {
     let (tasks, executor) = shared();

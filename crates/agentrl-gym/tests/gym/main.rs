@@ -9,5 +9,28 @@ mod generator_reproduces_builtin;
 mod real_tasks;
 mod sandbox_attacks;
 mod scratch_dirs;
+mod service;
 mod trusted_checks;
 mod validate_builtin;
+
+/// The built-in tasks and one sandbox pool, made once for the whole binary (a pool starts
+/// worker interpreters).
+pub fn shared() -> (
+    std::sync::Arc<agentrl_gym::task::TaskSet>,
+    std::sync::Arc<dyn agentrl_gym::sandbox::Executor>,
+) {
+    use std::sync::{Arc, OnceLock};
+    type Shared = (
+        Arc<agentrl_gym::task::TaskSet>,
+        Arc<dyn agentrl_gym::sandbox::Executor>,
+    );
+    static SHARED: OnceLock<Shared> = OnceLock::new();
+    SHARED
+        .get_or_init(|| {
+            (
+                Arc::new(agentrl_gym::task::TaskSet::builtin().expect("built-in tasks")),
+                agentrl_gym::sandbox::default_executor().expect("sandbox pool"),
+            )
+        })
+        .clone()
+}

@@ -29,6 +29,10 @@ pub struct Config {
     pub train: TrainConfig,
     /// The training reward: the gym's reward function (`kind`, `format_penalty`).
     pub reward: agentrl_gym::RewardFn,
+    /// Where episodes run: in this process (no endpoints), or on `agentrl gym serve` servers.
+    /// Absent in run folders from before the section: in process.
+    #[serde(default)]
+    pub gym: agentrl_gym::service::FleetConfig,
     pub eval: EvalConfig,
     /// Supervised fine-tuning (`agentrl sft`): its learning rate and data.
     pub sft: SftConfig,

@@ -49,6 +49,9 @@ impl Config {
         if let Err(e) = self.sampling.validate() {
             errors.push(e.to_string());
         }
+        if let Err(e) = self.gym.validate() {
+            errors.push(e.to_string());
+        }
         if !(self.eval.temperature.is_finite() && self.eval.temperature >= 0.0) {
             errors.push(format!(
                 "eval.temperature = {} must be >= 0 (0 = greedy)",

@@ -239,6 +239,7 @@ impl Trainer {
             let records = episode_records(&all, self.codec.as_ref(), trainer_logprobs.as_deref());
             self.run.write_episodes(self.state.step, &records)?;
         }
+        let remote = self.gym.take_counts();
         let record = StepRecord {
             step: self.state.step,
             lr,
@@ -250,6 +251,8 @@ impl Trainer {
             time_sync_s: Some(self.engine.take_seconds()),
             time_update_s,
             time_step_s,
+            remote_failures: remote.map(|c| c.failures as f64),
+            remote_retries: remote.map(|c| c.retries as f64),
             ..StepRecord::sampled(&all, step, self.config.rollout.max_turns)
         };
         Ok(record)

@@ -6,6 +6,11 @@
 //!   verdicts/s, jobs per verdict and CPU ms per case;
 //! - **test runs**: what the `test` tool does in an episode (a small module plus a `unittest`
 //!   file, run by a harness that reports on fd 3), a fresh `python3` per run against the pool.
+//!
+//! With `--remote` ([`remote`]): whole episodes ending in a verdict through one and two local
+//! `agentrl gym serve` processes against the gym in process.
+
+pub mod remote;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,7 +23,7 @@ use crate::sandbox::{Executor, FreshExecutor, Job, Limits, PoolExecutor, Termina
 use crate::task::{Split, Task, TaskSet};
 
 /// How long each executor is measured.
-const MEASURE_FOR: Duration = Duration::from_millis(1500);
+pub(crate) const MEASURE_FOR: Duration = Duration::from_millis(1500);
 
 const MODULE: &str = r#""""Interval helpers (the code under test)."""
 
@@ -90,6 +95,13 @@ fn cpu_seconds() -> f64 {
     usage().0
 }
 
+/// The 1-minute load average (`/proc/loadavg`), quoted beside every figure.
+pub(crate) fn load_average_1m() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+}
+
 /// The verdict half of the report.
 #[derive(Debug, Serialize)]
 struct VerdictBench {
@@ -139,7 +151,7 @@ struct BenchReport {
 
 /// Runs `work(thread)` from `threads` threads for [`MEASURE_FOR`]; returns units/s and the
 /// unit count. `work` checks its own result, so a broken sandbox cannot look fast.
-fn measure_work(
+pub(crate) fn measure_work(
     threads: usize,
     work: impl Fn(usize) -> anyhow::Result<()> + Sync,
 ) -> anyhow::Result<(f64, u64)> {
@@ -177,7 +189,7 @@ fn measure_work(
 }
 
 /// The verdict bench's task: the built-in train task with the most hidden cases (first by id).
-fn verdict_task() -> anyhow::Result<Arc<Task>> {
+pub(crate) fn verdict_task() -> anyhow::Result<Arc<Task>> {
     let tasks = TaskSet::builtin().context("load the built-in tasks")?;
     let mut best: Option<Arc<Task>> = None;
     for task in tasks.split(Split::Train) {
@@ -340,9 +352,7 @@ pub fn run(json: bool) -> anyhow::Result<()> {
         }
     };
     let pool_cpu_ms_per_exec = per_exec_ms(pool_cpu, pool_jobs);
-    let load_average_1m = std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()));
+    let load_average_1m = load_average_1m();
 
     let report = BenchReport {
         verdicts,
