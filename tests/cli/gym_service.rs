@@ -262,3 +262,39 @@ fn both_servers_need_a_key_off_loopback_and_check_it_when_they_have_one() {
     assert_eq!(get(&health, Some("open")).0, 401);
     assert_eq!(get(&health, Some("sesame")).0, 200);
 }
+
+/// Gym servers move between a crash and a resume: `--resume RUN --set gym.endpoints=[...]` is
+/// allowed (recorded in `config_changes.jsonl`), and the resumed steps over a gym server are
+/// the steps the run takes uninterrupted in process.
+#[test]
+fn a_run_resumes_over_a_gym_server_and_goes_on_as_in_process() {
+    let server = gym_server();
+    let runs = tempfile::tempdir().unwrap();
+    let steps = |n: usize| vec![format!("train.steps={n}")];
+    finish(train(runs.path(), "whole", &steps(4), None));
+    finish(train(runs.path(), "resumed", &steps(2), None));
+    let resumed_dir = runs.path().join("resumed");
+    let resumed = Command::new(env!("CARGO_BIN_EXE_agentrl"))
+        .args(["train", "--no-summary", "--resume"])
+        .arg(&resumed_dir)
+        .args(["--set", "train.steps=4", "--set"])
+        .arg(format!("gym.endpoints={}", endpoints(&[&server])))
+        .env_remove("AGENTRL_API_KEY")
+        .output()
+        .unwrap();
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let changes = std::fs::read_to_string(resumed_dir.join("config_changes.jsonl")).unwrap();
+    assert!(changes.contains("gym.endpoints"), "{changes}");
+    let (whole, resumed) = (metrics(&runs.path().join("whole")), metrics(&resumed_dir));
+    assert_eq!(resumed.len(), 4);
+    for (w, r) in whole.iter().zip(&resumed).skip(2) {
+        assert_eq!(learning_figures(w), learning_figures(r));
+        assert!(r["env/remote_failures"].is_number(), "{r}");
+    }
+    let (_, load) = get(&format!("{}/v1/load", server.url), None);
+    assert!(load["episodes_finished"].as_u64().unwrap() >= 128, "{load}");
+}

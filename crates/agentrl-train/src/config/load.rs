@@ -197,10 +197,17 @@ fn parse_override_value(text: &str) -> toml::Value {
     }
 }
 
-/// The keys `--resume` may change: how long the run goes on, and how it evaluates, logs and
-/// checkpoints. Everything else shapes what the run has trained on so far, so changing it
-/// mid-run would make the run a mix of two configs.
+/// The keys `--resume` may change: how long the run goes on, how it evaluates, logs and
+/// checkpoints, and where its episodes run (gym servers move between a crash and a resume,
+/// and a run over servers samples what it samples in process). Everything else shapes what
+/// the run has trained on so far, so changing it mid-run would make the run a mix of two
+/// configs.
 pub const RESUMABLE_KEYS: &[&str] = &[
+    "gym.endpoints",
+    "gym.max_in_flight",
+    "gym.timeout_s",
+    "gym.retries",
+    "gym.backoff_s",
     "train.steps",
     "train.eval_every",
     "train.checkpoint_every",
