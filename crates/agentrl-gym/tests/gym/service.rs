@@ -220,6 +220,17 @@ fn the_token_rule() {
     assert_eq!(status, 200);
 }
 
+/// A fleet over `servers`, quick to give up on a dead one.
+fn fleet_of(servers: &[&GymServer]) -> Arc<GymFleet> {
+    let config = FleetConfig {
+        endpoints: servers.iter().map(|s| s.url()).collect(),
+        backoff_s: 0.01,
+        timeout_s: 20.0,
+        ..FleetConfig::default()
+    };
+    GymFleet::connect(&config, &shared().0).expect("the servers serve the tasks")
+}
+
 fn local_steps(actions: &[Action]) -> Vec<agentrl_gym::Step> {
     let (tasks, executor) = shared();
     let mut env = BugFixEnv::new(tasks, executor, OutcomeCache::new(), EnvConfig::default());
@@ -242,13 +253,7 @@ fn an_episode_whose_server_dies_is_restarted_on_another_and_replayed() {
     let a = server(GymServeOptions::default());
     let b = server(GymServeOptions::default());
     let (tasks, _) = shared();
-    let config = FleetConfig {
-        endpoints: vec![a.url(), b.url()],
-        backoff_s: 0.01,
-        timeout_s: 20.0,
-        ..FleetConfig::default()
-    };
-    let fleet = GymFleet::connect(&config, &tasks).expect("both servers serve the tasks");
+    let fleet = fleet_of(&[&a, &b]);
     let mut env = fleet.env(&EnvConfig::default());
     let fix = tasks.get(TASK).unwrap().fix_candidate().unwrap();
     let actions = [
@@ -307,4 +312,41 @@ fn a_server_with_other_tasks_is_refused_at_connect() {
         .unwrap_err()
         .to_string();
     assert!(error.contains("127.0.0.1:9"), "{error}");
+}
+
+/// A public test run that a time limit stopped depends on the machine's load, so its replay
+/// elsewhere may differ: the episode goes on (the recorded answer stands; a test run changes no
+/// file). Here the first server's limit is a millisecond (every test run stops), the second's
+/// the default; after the first dies, the episode is replayed on the second and solved.
+#[test]
+fn a_time_limited_test_run_may_replay_differently() {
+    let mut hurried = EnvConfig::default();
+    hurried.limits.wall_timeout = Duration::from_millis(1);
+    let a = server(GymServeOptions {
+        env: hurried,
+        ..GymServeOptions::default()
+    });
+    let b = server(GymServeOptions::default());
+    let (tasks, _) = shared();
+    let fleet = fleet_of(&[&a, &b]);
+    let mut env = fleet.env(&EnvConfig::default());
+    env.reset(TASK).unwrap();
+    let tested = env.step(&call_action("test", json!({}))).unwrap();
+    let agentrl_gym::Observation::Tests(report) = &tested.observation else {
+        panic!("{tested:?}");
+    };
+    assert!(
+        report
+            .crashed
+            .as_deref()
+            .is_some_and(|c| c.contains("time limit")),
+        "{report:?}"
+    );
+    a.shutdown();
+    let fix = tasks.get(TASK).unwrap().fix_candidate().unwrap();
+    env.step(&call_action("edit", json!({ "candidate": fix })))
+        .expect("the replayed, untimed test run does not stop the episode");
+    let submitted = env.step(&call_action("submit", json!({}))).unwrap();
+    assert!(submitted.reward.unwrap().solved());
+    assert_eq!(fleet.take_counts().retries, 1);
 }
