@@ -277,11 +277,6 @@ impl GymFleet {
         Ok(())
     }
 
-    /// The endpoints' URLs, in config order.
-    pub fn urls(&self) -> Vec<String> {
-        self.endpoints.iter().map(|e| e.url.clone()).collect()
-    }
-
     /// Environment steps worth running at once over the fleet (every endpoint's slots).
     pub fn concurrency(&self) -> usize {
         (self.endpoints.len() * self.config.max_in_flight).clamp(1, 64)

@@ -201,10 +201,6 @@ impl GymServer {
         format!("http://{}", self.addr)
     }
 
-    pub fn addr(&self) -> std::net::SocketAddr {
-        self.addr
-    }
-
     /// The figures of `GET /v1/load`.
     pub fn load(&self) -> Load {
         load(&self.shared)
