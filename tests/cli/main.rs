@@ -18,6 +18,7 @@ mod score_cli;
 mod serve_cli;
 mod sft_cli;
 mod support;
+mod test_layout;
 
 /// The independent TensorBoard reader of `agentrl-run`'s tests (`monitor_runs` reads the
 /// event files of real runs with it).

@@ -26,7 +26,9 @@
 
 #[cfg(feature = "cli")]
 pub mod bench;
-mod builtin;
+// Public for the integration tests (tests/gym/builtin_extraction.rs).
+#[doc(hidden)]
+pub mod builtin;
 pub mod check;
 #[cfg(feature = "cli")]
 pub mod cli;

@@ -152,11 +152,14 @@ body:has(.panel:target)>:not(.grid):not(style){display:none}body:has(.panel:targ
 body:has(.panel:target) .panel:not(:target){display:none}body:has(.panel:target){margin:0}
 "#;
 
-/// What the mismatch mode draws, by whether the episodes shown carry trainer log-probs.
-const MISMATCH_RECORDED: &str =
+// What the mismatch mode draws, by whether the episodes shown carry trainer log-probs.
+/// The mismatch mode's legend when every episode shown records the trainer's log-probs.
+pub const MISMATCH_RECORDED: &str =
     "|log π_engine − log π_trainer| per action token: white 0 → orange ≥ 0.1 nats";
-const MISMATCH_FALLBACK: &str = "trainer log-probs not recorded by this run: shows the sampling surprise −log p instead, white 0 → orange ≥ 3 nats";
-const MISMATCH_MIXED: &str = "|log π_engine − log π_trainer|, white 0 → orange ≥ 0.1 nats; episodes without trainer log-probs show −log p instead and say so";
+/// The mismatch mode's legend when no episode shown records the trainer's log-probs.
+pub const MISMATCH_FALLBACK: &str = "trainer log-probs not recorded by this run: shows the sampling surprise −log p instead, white 0 → orange ≥ 3 nats";
+/// The mismatch mode's legend when some episodes shown record the trainer's log-probs.
+pub const MISMATCH_MIXED: &str = "|log π_engine − log π_trainer|, white 0 → orange ≥ 0.1 nats; episodes without trainer log-probs show −log p instead and say so";
 
 /// The page for `runs` (first run first in the legend).
 pub fn dashboard_html(runs: &[RunData]) -> anyhow::Result<String> {
@@ -301,113 +304,4 @@ pub fn write_dashboard(runs: &[RunData], html_path: &Path) -> anyhow::Result<Das
         html: html_path.to_path_buf(),
         pngs,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use agentrl_run::metrics::{names, MetricLine};
-
-    fn fake_run(name: &str, slope: f64) -> RunData {
-        RunData {
-            name: name.into(),
-            root: PathBuf::from(format!("/nonexistent/{name}")),
-            lines: (1..=12)
-                .map(|s| {
-                    let mut l = MetricLine::new(s);
-                    l.set(names::REWARD_MEAN, slope * s as f64)
-                        .set(names::ENTROPY, 0.6 - 0.01 * s as f64)
-                        .set(names::PPO_KL, 1e-6 * s as f64);
-                    l
-                })
-                .collect(),
-        }
-    }
-
-    #[test]
-    fn the_page_is_self_contained_and_overlays_runs() -> anyhow::Result<()> {
-        let html = dashboard_html(&[fake_run("a", 0.05), fake_run("b", 0.02)])?;
-        for forbidden in [
-            "<script",
-            "src=\"http",
-            "href=\"http",
-            "@import",
-            "url(http",
-        ] {
-            assert!(!html.contains(forbidden), "{forbidden}");
-        }
-        for panel in PANELS {
-            assert!(html.contains(&format!("id=\"panel-{}\"", panel.id)));
-        }
-        assert!(
-            html.contains(">a</text>") && html.contains(">b</text>"),
-            "runs in the legends"
-        );
-        assert!(
-            html.contains("not recorded by this run"),
-            "missing metrics say so"
-        );
-        Ok(())
-    }
-
-    /// A run directory with one stored episode, with or without the trainer's log-probs.
-    fn run_with_episode(dir: &Path, name: &str, trainer: bool) -> anyhow::Result<RunData> {
-        let root = dir.join(name);
-        std::fs::create_dir_all(root.join("episodes"))?;
-        let mut line = serde_json::json!({
-            "task_id": "t", "group_id": 0, "tokens": [1, 2, 3],
-            "sources": ["prompt", "action", "action"], "logprobs": [0.0, -0.5, -0.25],
-            "token_text": ["<bos>", "<call>", "submit"], "turns": 1,
-            "reward": {"score": 1.0, "hidden_passed": 1, "hidden_total": 1},
-        });
-        if trainer {
-            line["trainer_logprobs"] = serde_json::json!([0.0, -0.25, -0.25]);
-        }
-        std::fs::write(root.join("episodes/step_000005.jsonl"), format!("{line}\n"))?;
-        Ok(RunData {
-            root,
-            ..fake_run(name, 0.05)
-        })
-    }
-
-    #[test]
-    fn the_mismatch_legend_says_what_the_mode_draws() -> anyhow::Result<()> {
-        let dir = tempfile::tempdir()?;
-        let with = run_with_episode(dir.path(), "with", true)?;
-        let without = run_with_episode(dir.path(), "without", false)?;
-        let html = dashboard_html(std::slice::from_ref(&with))?;
-        assert!(html.contains(MISMATCH_RECORDED), "{html}");
-        assert!(
-            html.contains("|Δ log p| 0.250"),
-            "the first action token's gap"
-        );
-        // An episode file from before trainer log-probs were recorded still loads; the mode
-        // falls back to −log p and the legend says so.
-        let html = dashboard_html(std::slice::from_ref(&without))?;
-        assert!(html.contains(MISMATCH_FALLBACK), "{html}");
-        assert!(html.contains("−log p 0.500"));
-        let html = dashboard_html(&[with, without])?;
-        assert!(html.contains(MISMATCH_MIXED));
-        Ok(())
-    }
-
-    #[test]
-    fn panels_rasterise_with_the_embedded_font() -> anyhow::Result<()> {
-        let chart = panel_chart(&PANELS[0], &[fake_run("a", 0.05)]);
-        let png = svg_to_png(&chart.to_svg())?;
-        assert_eq!(&png[1..4], b"PNG");
-        // Text is drawn: a chart with a long title has more dark pixels than one without.
-        let mut untitled = chart.clone();
-        untitled.title.clear();
-        let dark = |png: &[u8]| -> anyhow::Result<usize> {
-            let pixmap = resvg::tiny_skia::Pixmap::decode_png(png)?;
-            Ok(pixmap
-                .pixels()
-                .iter()
-                .filter(|p| p.red() < 100 && p.green() < 100)
-                .count())
-        };
-        assert!(dark(&png)? > dark(&svg_to_png(&untitled.to_svg())?)? + 50);
-        Ok(())
-    }
 }

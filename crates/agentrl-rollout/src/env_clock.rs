@@ -23,7 +23,8 @@ impl EnvClock {
         Arc::new(Self::default())
     }
 
-    fn record(&self, start: Instant, end: Instant) {
+    /// Records that one env was busy from `start` to `end`.
+    pub fn record(&self, start: Instant, end: Instant) {
         self.intervals
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -85,24 +86,5 @@ impl<E: Env> Env for Timed<E> {
         let out = self.inner.step(action);
         self.clock.record(start, Instant::now());
         out
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn overlapping_intervals_count_once_and_gaps_not_at_all() {
-        let clock = EnvClock::default();
-        let t0 = Instant::now();
-        let at = |ms: u64| t0 + Duration::from_millis(ms);
-        clock.record(at(0), at(100));
-        clock.record(at(50), at(150)); // overlaps the first
-        clock.record(at(300), at(400)); // after a gap
-        let busy = clock.take_busy_seconds();
-        assert!((busy - 0.25).abs() < 1e-9, "{busy}");
-        assert_eq!(clock.take_busy_seconds(), 0.0, "taking the time forgets it");
     }
 }

@@ -140,7 +140,9 @@ const WIRE_FIXED64: u8 = 1;
 const WIRE_LEN: u8 = 2;
 const WIRE_FIXED32: u8 = 5;
 
-fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+// Public for the integration tests (tests/run/tensorboard_encoding.rs).
+#[doc(hidden)]
+pub fn put_varint(out: &mut Vec<u8>, mut value: u64) {
     while value >= 0x80 {
         out.push((value as u8 & 0x7f) | 0x80);
         value >>= 7;
@@ -187,31 +189,5 @@ fn host_name() -> String {
         "localhost".to_string()
     } else {
         name
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    #[allow(clippy::manual_rotate)] // the mask as the format documentation spells it
-    fn crc32c_matches_the_documented_test_vector() {
-        assert_eq!(crc32c::crc32c(b"Hello world!"), 0x7B98_E751);
-        let c = 0x7B98_E751u32;
-        assert_eq!(
-            masked_crc32c(b"Hello world!"),
-            ((c >> 15) | (c << 17)).wrapping_add(0xA282_EAD8)
-        );
-    }
-
-    #[test]
-    fn varints_are_little_endian_base_128() {
-        let mut out = Vec::new();
-        put_varint(&mut out, 300);
-        assert_eq!(out, [0xac, 0x02]);
-        let mut out = Vec::new();
-        put_varint(&mut out, (-1i64) as u64);
-        assert_eq!(out.len(), 10);
     }
 }

@@ -17,12 +17,13 @@
 //! Rules this crate keeps: [`algo`] never imports [`config`] (the config is built from the
 //! presets, not the other way round); no file imports a recipe, and the files' imports form
 //! no circle (`tests/train/import_graph.rs` checks both); the update and evaluation are
-//! generic over `agentrl_model::Policy`; [`threads`] is the only place that sets
-//! process-wide state.
+//! generic over `agentrl_model::Policy`; [`threads`] and [`allocator`] are the only places
+//! that set process-wide state.
 
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+#![deny(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod algo;
+pub mod allocator;
 pub mod build;
 pub mod config;
 pub mod demonstrations;

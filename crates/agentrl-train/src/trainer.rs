@@ -261,6 +261,7 @@ impl Trainer {
     /// The trainer of `config` in `run`: the policy, its reference, codec, engine and
     /// optimizer built, the train split read from `tasks`, the state at step 0.
     fn build(config: Config, run: RunDir, tasks: TaskSet) -> anyhow::Result<Self> {
+        crate::allocator::keep_freed_pages();
         let algorithm = config.algorithm.name;
         let knobs = config.algorithm.knobs.clone();
         let seed = config.train.seed;

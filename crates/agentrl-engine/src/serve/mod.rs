@@ -571,11 +571,9 @@ fn finish_row<M: ServedModel>(
 /// Log-probs of every token under the server's kind: raw, temperature-scaled, or processed
 /// (top-k then top-p kept, in the order [`crate::sample_token`] keeps them, renormalised;
 /// tokens outside the kept set get `-inf`). Temperature 0 (greedy) is scaled as 1.
-pub(crate) fn mode_log_softmax(
-    logits: &[f32],
-    mode: LogprobKind,
-    sampling: &SamplingParams,
-) -> Vec<f64> {
+// Public for the integration tests (tests/engine/serve.rs).
+#[doc(hidden)]
+pub fn mode_log_softmax(logits: &[f32], mode: LogprobKind, sampling: &SamplingParams) -> Vec<f64> {
     match mode {
         LogprobKind::Raw => scaled_log_softmax(logits, 1.0),
         LogprobKind::TemperatureScaled => scaled_log_softmax(logits, sampling.temperature),
@@ -609,7 +607,9 @@ pub(crate) fn mode_log_softmax(
 }
 
 /// The `k` most likely tokens, most likely first (ties: lower id first).
-pub(crate) fn top_entries(logp: &[f64], k: usize) -> Vec<(u32, f64)> {
+// Public for the integration tests (tests/engine/serve.rs).
+#[doc(hidden)]
+pub fn top_entries(logp: &[f64], k: usize) -> Vec<(u32, f64)> {
     if k == 0 {
         return Vec::new();
     }
@@ -620,55 +620,4 @@ pub(crate) fn top_entries(logp: &[f64], k: usize) -> Vec<(u32, f64)> {
         .take(k)
         .map(|i| (i as u32, logp[i]))
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn generation_config_fills_what_it_names() {
-        let d = GenerationDefaults::from_json(
-            r#"{"temperature": 0.6, "top_k": 20, "top_p": 0.95, "eos_token_id": [5, 6]}"#,
-        )
-        .unwrap();
-        assert_eq!(d.temperature, Some(0.6));
-        assert_eq!(d.top_k, Some(20));
-        assert_eq!(d.top_p, Some(0.95));
-        assert_eq!(d.eos_token_ids, vec![5, 6]);
-        assert_eq!(d.max_new_tokens, None);
-        let err = GenerationDefaults::from_json(r#"{"top_k": "x"}"#).unwrap_err();
-        assert!(err.to_string().contains("top_k"), "{err}");
-        let dir = tempfile::tempdir().unwrap();
-        assert_eq!(
-            GenerationDefaults::from_model_dir(dir.path()).unwrap(),
-            GenerationDefaults::default()
-        );
-    }
-
-    #[test]
-    fn processed_log_probs_renormalise_over_the_kept_tokens() {
-        let logits = [2.0f32, 1.0, 0.0, -1.0];
-        let sampling = SamplingParams {
-            temperature: 1.0,
-            top_p: 1.0,
-            top_k: 2,
-        };
-        let processed = mode_log_softmax(&logits, LogprobKind::Processed, &sampling);
-        let kept: f64 = processed.iter().map(|x| x.exp()).sum();
-        assert!((kept - 1.0).abs() < 1e-12);
-        assert_eq!(processed[2], f64::NEG_INFINITY);
-        let raw = mode_log_softmax(&logits, LogprobKind::Raw, &sampling);
-        assert!(processed[0] > raw[0]);
-        let hot = SamplingParams {
-            temperature: 2.0,
-            ..sampling
-        };
-        let scaled = mode_log_softmax(&logits, LogprobKind::TemperatureScaled, &hot);
-        assert!((scaled[0] - scaled_log_softmax(&logits, 2.0)[0]).abs() < 1e-12);
-        assert_eq!(
-            top_entries(&raw, 2).iter().map(|e| e.0).collect::<Vec<_>>(),
-            [0, 1]
-        );
-    }
 }

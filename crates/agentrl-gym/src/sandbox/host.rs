@@ -221,7 +221,9 @@ fn user_network_namespace_works() -> bool {
 /// names, so `/lib -> usr/lib` is a rule on `/usr/lib`), missing ones dropped, and those beneath
 /// another one dropped, since a path-beneath rule already covers them. Every rule costs every
 /// job a `landlock_add_rule` call; on a merged-/usr system a dozen paths come down to three.
-fn beneath_rules(paths: Vec<PathBuf>) -> Vec<PathBuf> {
+// Public for the integration tests (tests/gym/landlock_rules.rs).
+#[doc(hidden)]
+pub fn beneath_rules(paths: Vec<PathBuf>) -> Vec<PathBuf> {
     let mut resolved: Vec<PathBuf> = paths.iter().filter_map(|p| p.canonicalize().ok()).collect();
     // Sorted, an ancestor comes right before the paths beneath it.
     resolved.sort();
@@ -790,28 +792,4 @@ pub(crate) unsafe fn become_pid_namespace_init() -> std::io::Result<()> {
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn beneath_rules_keep_only_the_outermost_existing_paths() {
-        let root = tempfile::tempdir().unwrap();
-        let usr = root.path().join("usr");
-        std::fs::create_dir_all(usr.join("lib/python3")).unwrap();
-        std::os::unix::fs::symlink("usr/lib", root.path().join("lib")).unwrap();
-        std::fs::write(root.path().join("ld.so.cache"), "").unwrap();
-        let rules = beneath_rules(vec![
-            usr.join("lib/python3"),
-            root.path().join("lib"),
-            usr.clone(),
-            root.path().join("missing"),
-            root.path().join("ld.so.cache"),
-            usr.clone(),
-        ]);
-        let root = root.path().canonicalize().unwrap();
-        assert_eq!(rules, vec![root.join("ld.so.cache"), root.join("usr")]);
-    }
 }

@@ -179,10 +179,16 @@ pub trait Executor: Send + Sync {
 }
 
 mod fresh;
-pub(crate) mod host;
+// Public for the integration tests (tests/gym/landlock_rules.rs).
+#[doc(hidden)]
+pub mod host;
 pub(crate) mod pool;
-mod scratch;
-mod seccomp;
+// Public for the integration tests (tests/gym/scratch_owners.rs).
+#[doc(hidden)]
+pub mod scratch;
+// Public for the integration tests (tests/gym/seccomp_filter.rs).
+#[doc(hidden)]
+pub mod seccomp;
 
 pub use fresh::FreshExecutor;
 pub use pool::PoolExecutor;

@@ -85,18 +85,24 @@ fn pid_namespace_inode() -> std::io::Result<u64> {
 
 /// The start time of `pid` (field 22 of `/proc/PID/stat`), or `None` when there is no such
 /// process.
-fn start_time(pid: u32) -> Option<u64> {
+// Public for the integration tests (tests/gym/scratch_owners.rs).
+#[doc(hidden)]
+pub fn start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may contain spaces and parentheses: count from the last ')'.
     let after_name = &stat[stat.rfind(')')? + 1..];
     after_name.split_whitespace().nth(19)?.parse().ok()
 }
 
-fn run_dir_name((pidns, pid, start): Owner) -> String {
+// Public for the integration tests (tests/gym/scratch_owners.rs).
+#[doc(hidden)]
+pub fn run_dir_name((pidns, pid, start): Owner) -> String {
     format!("{RUN_DIR_PREFIX}{pidns}-{pid}-{start}")
 }
 
-fn parse_run_dir_name(name: &str) -> Option<Owner> {
+// Public for the integration tests (tests/gym/scratch_owners.rs).
+#[doc(hidden)]
+pub fn parse_run_dir_name(name: &str) -> Option<Owner> {
     let mut fields = name.strip_prefix(RUN_DIR_PREFIX)?.split('-');
     let owner = (
         fields.next()?.parse().ok()?,
@@ -136,7 +142,9 @@ pub(crate) fn reclaim(base: &Path) -> Vec<PathBuf> {
 
 /// Checks that a process of another uid can reach `dir`: every directory from `/` down to it
 /// must be searchable by others. Names the first one that is not.
-pub(crate) fn reachable_by_others(dir: &Path) -> Result<(), String> {
+// Public for the integration tests (tests/gym/scratch_owners.rs).
+#[doc(hidden)]
+pub fn reachable_by_others(dir: &Path) -> Result<(), String> {
     let dir = dir
         .canonicalize()
         .map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -249,40 +257,4 @@ fn start_janitor(run_dir: &Path) -> std::io::Result<ChildStdin> {
     // handle neither kills nor waits.
     drop(child);
     Ok(stdin)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn run_dir_names_round_trip_and_reject_others() {
-        let owner = (4026531836, 1234, 987654);
-        assert_eq!(parse_run_dir_name(&run_dir_name(owner)), Some(owner));
-        assert_eq!(parse_run_dir_name("agentrl-run-1-2"), None);
-        assert_eq!(parse_run_dir_name("agentrl-run-1-2-3-4"), None);
-        assert_eq!(parse_run_dir_name("agentrl-ws-abc"), None);
-    }
-
-    #[test]
-    fn our_start_time_is_readable() {
-        assert!(start_time(std::process::id()).is_some());
-        assert_eq!(start_time(u32::MAX), None);
-    }
-
-    #[test]
-    fn a_0700_directory_blocks_and_is_named() {
-        let outer = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(outer.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
-        let inner = outer.path().join("tmp");
-        std::fs::create_dir(&inner).unwrap();
-        let error = reachable_by_others(&inner).unwrap_err();
-        assert!(
-            error.contains(&outer.path().canonicalize().unwrap().display().to_string())
-                && error.contains("0700"),
-            "{error}"
-        );
-        std::fs::set_permissions(outer.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
-        reachable_by_others(&inner).unwrap();
-    }
 }

@@ -2,14 +2,24 @@
 //! verifier (the task end of the data flow) through the public API. Run one module with
 //! `cargo test --release --workspace --test gym -- sandbox_attacks::`.
 
+mod builtin_extraction;
+mod check;
 /// Needs the `cli` feature (the play/run loops); the workspace build turns it on.
 #[cfg(feature = "cli")]
 mod env_tools;
+mod expert;
 mod generator_reproduces_builtin;
+mod harness;
+mod landlock_rules;
 mod real_tasks;
+mod render;
+mod reward;
 mod sandbox_attacks;
 mod scratch_dirs;
+mod scratch_owners;
+mod seccomp_filter;
 mod service;
+mod trusted_checker;
 mod trusted_checks;
 mod validate_builtin;
 

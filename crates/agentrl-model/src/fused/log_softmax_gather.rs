@@ -150,7 +150,9 @@ pub fn log_softmax_gather(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
 /// [`log_softmax_gather`] on `[N, V]`, `[N]` from differentiable candle ops, for devices without
 /// the CPU kernel. The (detached) row max is subtracted first: it changes nothing mathematically
 /// and keeps `exp` finite.
-fn composed(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+// Public for the integration tests (tests/model/fused_log_softmax_gather.rs).
+#[doc(hidden)]
+pub fn composed(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     let vocab = logits.dim(D::Minus1)?;
     let max_id = targets.max_all()?.to_scalar::<u32>()?;
     if targets.elem_count() > 0 && max_id as usize >= vocab {
@@ -161,65 +163,4 @@ fn composed(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     let log_norm = shifted.exp()?.sum_keepdim(D::Minus1)?.log()?;
     let picked = shifted.gather(&targets.unsqueeze(D::Minus1)?.contiguous()?, D::Minus1)?;
     (picked - log_norm)?.squeeze(D::Minus1)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use candle_core::{Device, D};
-
-    use crate::fused::testing::{check, randn};
-
-    #[test]
-    fn log_softmax_gather_matches_log_softmax_then_gather() {
-        let targets = Tensor::from_vec(vec![0u32, 4, 2, 3, 1, 4], 6, &Device::Cpu).unwrap();
-        check(
-            &[randn(&[6, 5], 2)],
-            |x| log_softmax_gather(&x[0], &targets).unwrap(),
-            |x| {
-                candle_nn::ops::log_softmax(&x[0], D::Minus1)
-                    .unwrap()
-                    .gather(&targets.unsqueeze(1).unwrap(), 1)
-                    .unwrap()
-                    .squeeze(1)
-                    .unwrap()
-            },
-        );
-        let bad = Tensor::from_vec(vec![5u32; 6], 6, &Device::Cpu).unwrap();
-        assert!(log_softmax_gather(&randn(&[6, 5], 2), &bad).is_err());
-    }
-
-    #[test]
-    fn the_composed_fallback_matches_the_fused_op() {
-        let targets = Tensor::from_vec(vec![1u32, 0, 4, 4, 2, 3, 0], 7, &Device::Cpu).unwrap();
-        check(
-            &[randn(&[7, 5], 8)],
-            |x| log_softmax_gather(&x[0], &targets).unwrap(),
-            |x| composed(&x[0], &targets).unwrap(),
-        );
-        let bad = Tensor::from_vec(vec![5u32; 7], 7, &Device::Cpu).unwrap();
-        assert!(composed(&randn(&[7, 5], 8), &bad).is_err());
-    }
-
-    #[test]
-    fn leading_dims_and_half_precision_logits_are_accepted() {
-        let logits = randn(&[2, 3, 5], 9);
-        let targets = Tensor::from_vec(vec![0u32, 1, 2, 3, 4, 0], (2, 3), &Device::Cpu).unwrap();
-        let flat = log_softmax_gather(
-            &logits.reshape((6, 5)).unwrap(),
-            &targets.flatten_all().unwrap(),
-        )
-        .unwrap();
-        let batched = log_softmax_gather(&logits, &targets).unwrap();
-        assert_eq!(batched.dims(), &[2, 3]);
-        let flat: Vec<f32> = flat.to_vec1().unwrap();
-        assert_eq!(
-            batched.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
-            flat
-        );
-        let half = log_softmax_gather(&logits.to_dtype(DType::BF16).unwrap(), &targets).unwrap();
-        assert_eq!(half.dtype(), DType::F32);
-        let wrong = Tensor::zeros((3, 2), DType::U32, &Device::Cpu).unwrap();
-        assert!(log_softmax_gather(&logits, &wrong).is_err());
-    }
 }

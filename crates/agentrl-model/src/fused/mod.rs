@@ -44,14 +44,19 @@ mod exp;
 mod gelu;
 mod log_softmax_gather;
 mod rms_norm;
-#[cfg(test)]
-mod testing;
 
 pub use causal_attention::causal_attention;
 pub use causal_softmax::causal_softmax;
 pub use gelu::gelu;
 pub use log_softmax_gather::log_softmax_gather;
 pub use rms_norm::rms_norm;
+
+// Public for the integration tests (tests/model/fused_exp.rs).
+#[doc(hidden)]
+pub use exp::exp;
+// Public for the integration tests (tests/model/fused_log_softmax_gather.rs).
+#[doc(hidden)]
+pub use log_softmax_gather::composed as composed_log_softmax_gather;
 
 // The same kernels on plain slices, for TinyAgent's trunk (`crate::tiny`'s training forward).
 pub(crate) use causal_attention::{attention_backward, attention_forward};

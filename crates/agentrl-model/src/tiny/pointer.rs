@@ -16,17 +16,20 @@ use super::{KvCache, TinyAgent, TinyConfig};
 /// Reads one row's tokens in order and collects the candidate spans `Ck … Ck` (the tokens
 /// between the two markers) before the segment end. The training forward and the incremental
 /// path both feed it token by token, so they always agree on the spans.
+// Public for the integration tests (tests/model/tiny_agent.rs).
+#[doc(hidden)]
 #[derive(Debug, Clone, Default)]
-pub(super) struct SpanScan {
+pub struct SpanScan {
     open: Option<usize>,
     /// Position of the segment-end token, once seen.
     pub(super) segment_end: Option<usize>,
     /// Interior tokens of each candidate's span (the last span wins if a marker repeats).
-    pub(super) spans: Vec<Vec<u32>>,
+    pub spans: Vec<Vec<u32>>,
 }
 
 impl SpanScan {
-    pub(super) fn new(cfg: &TinyConfig) -> Self {
+    /// An empty scan for `cfg`'s pointer markers.
+    pub fn new(cfg: &TinyConfig) -> Self {
         Self {
             open: None,
             segment_end: None,
@@ -34,7 +37,8 @@ impl SpanScan {
         }
     }
 
-    pub(super) fn feed(&mut self, token: u32, position: usize, cfg: &TinyConfig) {
+    /// Reads the token at `position`.
+    pub fn feed(&mut self, token: u32, position: usize, cfg: &TinyConfig) {
         if self.segment_end.is_some() {
             return;
         }
@@ -75,7 +79,9 @@ impl TinyAgent {
     /// are averaged, so a candidate's key depends on its content only, never on where it sits
     /// in the prompt or which candidates come before it. Returns `[rows, K, d]`, zero rows for
     /// absent candidates.
-    pub(super) fn encode_spans(&self, scans: &[SpanScan]) -> candle_core::Result<Tensor> {
+    // Public for the integration tests (tests/model/tiny_agent.rs).
+    #[doc(hidden)]
+    pub fn encode_spans(&self, scans: &[SpanScan]) -> candle_core::Result<Tensor> {
         let (k, d) = (self.cfg.pointer_markers.len(), self.cfg.d_model);
         // Row 0 of the table is the zero encoding of absent candidates; distinct spans follow.
         let mut distinct: Vec<&[u32]> = Vec::new();

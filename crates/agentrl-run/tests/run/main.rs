@@ -2,6 +2,9 @@
 //! back by independent readers. Run one module with
 //! `cargo test --release --workspace --test run -- tensorboard_events::`.
 
+mod metrics;
+mod run_dir;
+mod tensorboard_encoding;
 mod tensorboard_events;
 
 /// The independent TensorBoard reader, shared with the binary's tests (`tests/cli`).

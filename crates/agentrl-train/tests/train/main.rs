@@ -7,10 +7,24 @@
 //! trains on `train.threads=2` while every module here uses 1 (a process computes on one
 //! thread count: `agentrl_train::threads::apply`).
 
+mod algo;
 #[path = "../common/mod.rs"]
 mod common;
+mod config;
+mod distill;
+mod gdpo;
 mod import_graph;
+mod metrics;
+mod optim;
+mod plan;
 mod post_training;
+mod preflight;
+mod registry;
 mod run_state;
+mod schedule;
+mod session;
 mod sft;
+mod step_record;
+mod streams;
 mod train_loop;
+mod update;

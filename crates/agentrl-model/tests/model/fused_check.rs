@@ -3,7 +3,7 @@
 
 use candle_core::{Device, Tensor, Var};
 
-pub(super) fn randn(shape: &[usize], seed: u64) -> Tensor {
+pub(crate) fn randn(shape: &[usize], seed: u64) -> Tensor {
     use rand::{Rng, SeedableRng};
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let n: usize = shape.iter().product();
@@ -24,7 +24,7 @@ fn close(a: &Tensor, b: &Tensor, tol: f32) {
 }
 
 /// Value and gradient of `f_fused` equal those of `f_ref`, under a random upstream weight.
-pub(super) fn check(
+pub(crate) fn check(
     inputs: &[Tensor],
     f_fused: impl Fn(&[Tensor]) -> Tensor,
     f_ref: impl Fn(&[Tensor]) -> Tensor,
@@ -62,7 +62,7 @@ pub(super) fn check(
 }
 
 /// Additive `[T, T]` mask: 0 where key `j <= i`, −∞ above the diagonal.
-pub(super) fn causal_mask(t: usize) -> Tensor {
+pub(crate) fn causal_mask(t: usize) -> Tensor {
     let mask: Vec<f32> = (0..t * t)
         .map(|k| {
             if k % t <= k / t {

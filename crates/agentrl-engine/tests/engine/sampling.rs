@@ -1,0 +1,190 @@
+//! Token sampling: temperature, top-k and top-p shape the draw, each log-prob kind reports
+//! its value, the partial sort draws what a full sort draws, and bad input is an error.
+
+use agentrl_engine::sampling::{
+    kept_tokens, sample_token, sample_token_as, scaled_log_softmax, SamplingParams,
+};
+use agentrl_engine::LogprobKind;
+use rand::Rng;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+#[test]
+fn temperature_top_k_and_top_p_shape_the_distribution() -> anyhow::Result<()> {
+    let logits = [2.0f32, 1.0, 0.0, -1.0];
+    // Greedy picks the argmax and reports its temperature-1 log-prob.
+    let greedy = SamplingParams {
+        temperature: 0.0,
+        ..Default::default()
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(0);
+    let (tok, lp) = sample_token(&logits, &greedy, &mut rng)?;
+    assert_eq!(tok, 0);
+    assert!((lp as f64 - scaled_log_softmax(&logits, 1.0)[0]).abs() < 1e-6);
+    // top_p small enough keeps only the top token; its log-prob is not renormalised.
+    let nucleus = SamplingParams {
+        top_p: 0.5,
+        ..Default::default()
+    };
+    for _ in 0..50 {
+        let (tok, lp) = sample_token(&logits, &nucleus, &mut rng)?;
+        assert_eq!(tok, 0);
+        assert!(lp < 0.0);
+    }
+    // top_k = 2 never draws the two least likely tokens.
+    let top2 = SamplingParams {
+        top_k: 2,
+        ..Default::default()
+    };
+    for _ in 0..200 {
+        assert!(sample_token(&logits, &top2, &mut rng)?.0 < 2);
+    }
+    // Empirical frequencies follow softmax(logits / T).
+    let hot = SamplingParams {
+        temperature: 2.0,
+        ..Default::default()
+    };
+    let want: Vec<f64> = scaled_log_softmax(&logits, 2.0)
+        .iter()
+        .map(|l| l.exp())
+        .collect();
+    let mut counts = [0usize; 4];
+    let n = 20_000;
+    for _ in 0..n {
+        counts[sample_token(&logits, &hot, &mut rng)?.0 as usize] += 1;
+    }
+    for (c, p) in counts.iter().zip(&want) {
+        assert!(
+            (*c as f64 / n as f64 - p).abs() < 0.02,
+            "{counts:?} vs {want:?}"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn logprob_kinds_report_raw_scaled_and_renormalised_values() {
+    let logits = [2.0f32, 1.0, 0.0, -1.0];
+    let params = SamplingParams {
+        temperature: 0.5,
+        top_k: 2,
+        ..Default::default()
+    };
+    let scaled = scaled_log_softmax(&logits, 0.5);
+    let raw = scaled_log_softmax(&logits, 1.0);
+    let kept_mass = scaled[0].exp() + scaled[1].exp();
+    let mut drawn = [false; 2];
+    for seed in 0..40 {
+        let draw = |kind| {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            sample_token_as(&logits, &params, kind, &mut rng).unwrap()
+        };
+        let (token, as_scaled) = draw(LogprobKind::TemperatureScaled);
+        let (raw_token, as_raw) = draw(LogprobKind::Raw);
+        let (processed_token, as_processed) = draw(LogprobKind::Processed);
+        // The kind changes what is reported, never what is drawn.
+        assert_eq!((token, token), (raw_token, processed_token));
+        let t = token as usize;
+        drawn[t] = true;
+        assert!((as_scaled as f64 - scaled[t]).abs() < 1e-6);
+        assert!((as_raw as f64 - raw[t]).abs() < 1e-6);
+        assert!((as_processed as f64 - (scaled[t] - kept_mass.ln())).abs() < 1e-6);
+    }
+    assert_eq!(
+        drawn,
+        [true, true],
+        "both kept tokens are drawn over 40 seeds"
+    );
+    // Greedy reports log softmax(logits) whatever the kind.
+    let greedy = SamplingParams {
+        temperature: 0.0,
+        top_k: 2,
+        ..Default::default()
+    };
+    for kind in [
+        LogprobKind::Raw,
+        LogprobKind::TemperatureScaled,
+        LogprobKind::Processed,
+    ] {
+        let mut rng = ChaCha8Rng::seed_from_u64(0);
+        let (token, lp) = sample_token_as(&logits, &greedy, kind, &mut rng).unwrap();
+        assert_eq!(token, 0);
+        assert!((lp as f64 - raw[0]).abs() < 1e-6);
+    }
+}
+
+/// The plain definition: sort the whole vocabulary, keep the top k, then the nucleus.
+fn reference_sample(logits: &[f32], params: &SamplingParams, u: f64) -> (u32, f32) {
+    let logp = scaled_log_softmax(logits, params.temperature);
+    assert!(
+        params.truncates(),
+        "the reference walks the kept set by probability"
+    );
+    let order = kept_tokens(&logp, params);
+    let cumulative: f64 = order.iter().map(|&i| logp[i].exp()).sum();
+    let target = u * cumulative;
+    let mut walked = 0.0;
+    for &i in &order {
+        walked += logp[i].exp();
+        if target < walked {
+            return (i as u32, logp[i] as f32);
+        }
+    }
+    let last = order[order.len() - 1];
+    (last as u32, logp[last] as f32)
+}
+
+#[test]
+fn partial_sorting_draws_exactly_what_a_full_sort_draws() {
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let knobs = [
+        (0.9, 0),
+        (0.5, 0),
+        (0.999, 0),
+        (0.9, 30),
+        (1.0, 10),
+        (0.95, 20),
+    ];
+    for case in 0..60 {
+        // Flat rows force the nucleus past the first partition width; peaked rows do not.
+        let spread = if case % 2 == 0 { 0.2 } else { 6.0 };
+        let logits: Vec<f32> = (0..500)
+            .map(|_| (rng.random::<f32>() - 0.5) * spread)
+            .collect();
+        for &(top_p, top_k) in &knobs {
+            let params = SamplingParams {
+                temperature: 0.8,
+                top_p,
+                top_k,
+            };
+            let seed = case as u64 * 31 + top_k as u64;
+            let u = ChaCha8Rng::seed_from_u64(seed).random::<f64>();
+            let mut draw_rng = ChaCha8Rng::seed_from_u64(seed);
+            let got = sample_token(&logits, &params, &mut draw_rng).unwrap();
+            assert_eq!(got, reference_sample(&logits, &params, u), "{params:?}");
+        }
+    }
+}
+
+#[test]
+fn nan_logits_and_bad_knobs_are_errors() {
+    let mut rng = ChaCha8Rng::seed_from_u64(0);
+    let err = sample_token(&[0.0, f32::NAN], &SamplingParams::default(), &mut rng)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("NaN"), "{err}");
+    let bad = SamplingParams {
+        top_p: 0.0,
+        ..Default::default()
+    };
+    assert!(bad.validate().unwrap_err().to_string().contains("top_p"));
+    let bad = SamplingParams {
+        temperature: -1.0,
+        ..Default::default()
+    };
+    assert!(bad
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("temperature"));
+}
