@@ -2,13 +2,15 @@
 //! entry points beside [`crate::threads::apply`], before the first step, and by the `agentrl`
 //! binary at start-up.
 //!
-//! A training step frees and reallocates the same large buffers every time (at Qwen3's
-//! 151,936-token vocabulary a step's vocabulary-wide tensors are hundreds of MB each). mimalloc,
-//! the allocator `agentrl` runs on, gives freed memory back to the OS after 10 ms by default,
-//! so each reallocation faulted its pages in again and the kernel zeroed them: 13% of a
-//! TinyAgent step and half of a rollout (`perf`, issue 16), and 29% of the Qwen3 SFT test's
-//! samples in `clear_page_erms` (7% with this setting). A process whose global allocator is
-//! not mimalloc is unaffected: the setting only reaches mimalloc's own heap.
+//! A training step frees and reallocates the same large buffers every time. mimalloc, the
+//! allocator `agentrl` runs on, gives freed memory back to the OS after 10 ms by default, so
+//! each reallocation faulted its pages in again and the kernel zeroed them: 13% of a TinyAgent
+//! step and half of a rollout (`perf`, issue 16). Set here as well as in the binary so that a
+//! library user or a test binary (`tests/qwen3_loop.rs`) trains as `agentrl` does. It does not
+//! remove every fault: at Qwen3's 151,936-token vocabulary the `qwen3_loop` tests still spend
+//! 17–18% of their samples in `clear_page_erms` with it (462 s for that binary with it, 464 s
+//! without), from vocabulary-wide temporaries that mimalloc maps fresh. A process whose global
+//! allocator is not mimalloc is unaffected: the setting only reaches mimalloc's own heap.
 
 /// mimalloc's `mi_option_purge_delay`: index 15 of `mi_option_e` in both versions
 /// libmimalloc-sys bundles (v2 and v3, `include/mimalloc.h`); the crate's own constants skip it.
