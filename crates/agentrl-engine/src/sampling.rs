@@ -74,6 +74,61 @@ pub fn scaled_log_softmax(logits: &[f32], temperature: f64) -> Vec<f64> {
     scaled.iter().map(|x| x - lse).collect()
 }
 
+/// The `width` token ids ranked first by descending `scores`, ties by ascending id (a total
+/// order), in that order: what a full sort's first `width` entries are.
+///
+/// One pass keeps the `width` best seen so far in a heap whose top is the worst of them, so a
+/// token that does not beat it costs one comparison: at a 150k vocabulary and a width of a
+/// few dozen this is several times faster than partitioning an index vector of the whole
+/// vocabulary (`select_nth_unstable`, which it replaced: 20% of a Qwen3 evaluation's time,
+/// `perf`). Ids are visited in increasing order, so a later token equal to the worst kept
+/// ranks below it and only a strictly larger score gets in.
+pub fn most_likely(scores: &[f64], width: usize) -> Vec<usize> {
+    use std::cmp::Ordering;
+    use std::collections::BinaryHeap;
+
+    /// A kept token, ordered so that the heap's maximum is the worst ranked.
+    struct Kept(f64, usize);
+    impl Ord for Kept {
+        fn cmp(&self, other: &Self) -> Ordering {
+            other.0.total_cmp(&self.0).then(self.1.cmp(&other.1))
+        }
+    }
+    impl PartialOrd for Kept {
+        fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+            Some(self.cmp(other))
+        }
+    }
+    impl PartialEq for Kept {
+        fn eq(&self, other: &Self) -> bool {
+            self.cmp(other) == Ordering::Equal
+        }
+    }
+    impl Eq for Kept {}
+
+    let by_rank = |a: &usize, b: &usize| scores[*b].total_cmp(&scores[*a]).then(a.cmp(b));
+    if width >= scores.len() {
+        let mut all: Vec<usize> = (0..scores.len()).collect();
+        all.sort_by(by_rank);
+        return all;
+    }
+    if width == 0 {
+        return Vec::new();
+    }
+    let mut heap: BinaryHeap<Kept> = (0..width).map(|i| Kept(scores[i], i)).collect();
+    let mut worst = heap.peek().map_or(f64::NEG_INFINITY, |k| k.0);
+    for (i, &score) in scores.iter().enumerate().skip(width) {
+        if score.total_cmp(&worst) == Ordering::Greater {
+            heap.pop();
+            heap.push(Kept(score, i));
+            worst = heap.peek().map_or(f64::NEG_INFINITY, |k| k.0);
+        }
+    }
+    let mut kept: Vec<usize> = heap.into_iter().map(|k| k.1).collect();
+    kept.sort_by(by_rank);
+    kept
+}
+
 /// The tokens top-k then top-p keep of a row of log-probs, by the plain definition: sort the
 /// whole vocabulary by probability (ties by id), keep the top k, then the shortest prefix
 /// whose mass reaches top-p. All tokens, by id, when `params` does not truncate. The sampler
@@ -178,31 +233,25 @@ pub fn sample_token_as<R: Rng + ?Sized>(
     let mut order: Vec<usize> = Vec::new();
     let mut kept_weight = total;
     if params.truncates() {
-        order = (0..logits.len()).collect();
-        let by_probability =
-            |a: &usize, b: &usize| scaled[*b].total_cmp(&scaled[*a]).then(a.cmp(b));
         let limit = match params.top_k {
-            0 => order.len(),
-            k => k.min(order.len()),
+            0 => logits.len(),
+            k => k.min(logits.len()),
         };
         let nucleus = params.top_p * total;
         // Sorting a 150k vocabulary per token would dominate sampling, and the nucleus is
-        // usually a few dozen tokens: sort only the `width` most likely (partitioned out in
-        // linear time), widening until the nucleus fits. The order is total, so the kept
-        // prefix and its mass are exactly those of a full sort.
+        // usually a few dozen tokens: rank only the `width` most likely, widening until the
+        // nucleus fits. The order is total, so the kept prefix and its mass are exactly those
+        // of a full sort.
         let mut width = if params.top_p < 1.0 {
             limit.min(64)
         } else {
             limit
         };
         let (keep, cumulative) = loop {
-            if width < order.len() {
-                order.select_nth_unstable_by(width - 1, by_probability);
-            }
-            order[..width].sort_by(by_probability);
+            order = most_likely(&scaled, width);
             let mut cumulative = 0.0;
             let mut keep = 0;
-            for &i in &order[..width] {
+            for &i in &order {
                 cumulative += weights[i];
                 keep += 1;
                 if cumulative >= nucleus {

@@ -2,7 +2,7 @@
 //! its value, the partial sort draws what a full sort draws, and bad input is an error.
 
 use agentrl_engine::sampling::{
-    kept_tokens, sample_token, sample_token_as, scaled_log_softmax, SamplingParams,
+    kept_tokens, most_likely, sample_token, sample_token_as, scaled_log_softmax, SamplingParams,
 };
 use agentrl_engine::LogprobKind;
 use rand::Rng;
@@ -162,6 +162,42 @@ fn partial_sorting_draws_exactly_what_a_full_sort_draws() {
             let mut draw_rng = ChaCha8Rng::seed_from_u64(seed);
             let got = sample_token(&logits, &params, &mut draw_rng).unwrap();
             assert_eq!(got, reference_sample(&logits, &params, u), "{params:?}");
+        }
+    }
+}
+
+/// The one-pass top-`width` ranking is a full sort's prefix, ties (many equal scores, as a
+/// quantised row has) ranked by id, at every width from 0 past the row's length.
+#[test]
+fn the_top_width_ranking_is_a_full_sorts_prefix() {
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    for case in 0..40 {
+        let len = 1 + case * 7;
+        // Few distinct values in half the rows: ties everywhere, also at the cut.
+        let levels = if case % 2 == 0 { 4.0 } else { 1e6 };
+        let scores: Vec<f64> = (0..len)
+            .map(|_| (rng.random::<f64>() * levels).floor() - levels / 2.0)
+            .collect();
+        let mut full: Vec<usize> = (0..len).collect();
+        full.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+        for width in [
+            0,
+            1,
+            2,
+            3,
+            5,
+            17,
+            64,
+            len / 2,
+            len.saturating_sub(1),
+            len,
+            len + 3,
+        ] {
+            assert_eq!(
+                most_likely(&scores, width),
+                full[..width.min(len)].to_vec(),
+                "row of {len}, width {width}"
+            );
         }
     }
 }
