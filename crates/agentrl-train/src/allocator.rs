@@ -6,11 +6,13 @@
 //! allocator `agentrl` runs on, gives freed memory back to the OS after 10 ms by default, so
 //! each reallocation faulted its pages in again and the kernel zeroed them: 13% of a TinyAgent
 //! step and half of a rollout (`perf`, issue 16). Set here as well as in the binary so that a
-//! library user or a test binary (`tests/qwen3_loop.rs`) trains as `agentrl` does. It does not
-//! remove every fault: at Qwen3's 151,936-token vocabulary the `qwen3_loop` tests still spend
-//! 17–18% of their samples in `clear_page_erms` with it (462 s for that binary with it, 464 s
-//! without), from vocabulary-wide temporaries that mimalloc maps fresh. A process whose global
-//! allocator is not mimalloc is unaffected: the setting only reaches mimalloc's own heap.
+//! library user or a test binary (`tests/qwen3_loop.rs`) trains as `agentrl` does. Alone it
+//! did not shorten the `qwen3_loop` tests (462 s with it, 464 s without): most of their page
+//! faults were copy-on-write copies of pages the sandbox's fork-server relays still shared
+//! with the trainer (`do_wp_page`), gone since the relay execs a program of its own
+//! (`agentrl_gym` sandbox, `ExecRelay`: that binary's system time 209 s -> 30 s). A process
+//! whose global allocator is not mimalloc is unaffected: the setting only reaches mimalloc's
+//! own heap.
 
 /// mimalloc's `mi_option_purge_delay`: index 15 of `mi_option_e` in both versions
 /// libmimalloc-sys bundles (v2 and v3, `include/mimalloc.h`); the crate's own constants skip it.

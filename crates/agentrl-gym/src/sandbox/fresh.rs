@@ -144,7 +144,8 @@ impl Executor for FreshExecutor {
                 join_network()?;
                 set_rlimit(libc::RLIMIT_CORE, 0)?;
                 if pid_namespace {
-                    host::become_pid_namespace_init()?;
+                    // A job's relay lives only as long as the job: it waits in place.
+                    host::become_pid_namespace_init(None)?;
                 }
                 if libc::chdir(workspace_c.as_ptr()) != 0 {
                     return Err(std::io::Error::last_os_error());

@@ -163,6 +163,7 @@ impl Worker {
             .map_err(|e| SandboxError::Protocol(format!("encode worker config: {e}")))?;
         let join_network = host.network_pre_exec();
         let pid_namespace = host.pid_namespace;
+        let relay = host::ExecRelay::new(&host.python)?;
         let mut command = Command::new(&host.python);
         command
             .args(host::PYTHON_FLAGS)
@@ -183,7 +184,7 @@ impl Worker {
                 }
                 join_network()?;
                 if pid_namespace {
-                    host::become_pid_namespace_init()?;
+                    host::become_pid_namespace_init(Some(&relay))?;
                 }
                 Ok(())
             });

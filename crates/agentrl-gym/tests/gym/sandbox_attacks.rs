@@ -745,6 +745,32 @@ fn pool_runs_jobs_from_many_threads_and_replaces_dead_workers() {
     }
 }
 
+/// A fork server's outer process (the PID-namespace relay) is a program of its own, not a fork
+/// of the process that started the pool left waiting: such a fork keeps that process's whole
+/// memory copy-on-write for the worker's lifetime, so every page a trainer writes afterwards
+/// is copied.
+#[test]
+fn pool_workers_hold_no_copy_of_the_process_that_started_them() {
+    let pool = PoolExecutor::new(2).unwrap();
+    let this = std::fs::read_link("/proc/self/exe").unwrap();
+    let workers = pool.worker_pids();
+    assert_eq!(workers.len(), 2);
+    for pid in workers {
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+        assert_ne!(
+            exe, this,
+            "worker {pid}'s outer process is a fork of this test binary"
+        );
+        let rss_kib: u64 = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap();
+        assert!(rss_kib < 200_000, "worker {pid} holds {rss_kib} KiB");
+    }
+}
+
 #[test]
 fn sandbox_info_report_names_every_layer() {
     let report = agentrl_gym::sandbox::sandbox_info_report();
