@@ -625,34 +625,59 @@ FAMILIES = [
 # ---------------------------------------------------------------------------------------------
 
 EVAL_PROGRAM = r'''
-import importlib, json, sys, unittest
+import importlib, json, os, sys, unittest
 spec = json.load(sys.stdin)
 mod = importlib.import_module(spec["module"])
-outcomes = []
-for setup, expr in spec["cases"]:
-    ns = dict(vars(mod))
-    try:
-        exec(setup, ns)
-        outcomes.append({"value": repr(eval(expr, ns))})
-    except BaseException as e:
-        outcomes.append({"raises": type(e).__name__})
-public_ok = None
-if spec.get("run_public"):
+
+
+def in_child(work):
+    # One forked child per case, from the freshly imported module: a case sees exactly the
+    # state a fresh interpreter has after the import, and nothing it does carries over to the
+    # next case (the gym's verifier runs each hidden case in its own process too). Forking
+    # instead of starting python3 per case is what keeps generating the tasks quick.
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        with os.fdopen(write_end, "w") as out:
+            out.write(json.dumps(work()))
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as result:
+        text = result.read()
+    _, status = os.waitpid(pid, 0)
+    if status != 0 or not text:
+        raise RuntimeError(f"a forked evaluation of {spec['module']} exited with {status}")
+    return json.loads(text)
+
+
+def case(setup, expr):
+    def work():
+        ns = dict(vars(mod))
+        try:
+            exec(setup, ns)
+            return {"value": repr(eval(expr, ns))}
+        except BaseException as e:
+            return {"raises": type(e).__name__}
+    return work
+
+
+def public_tests():
     suite = unittest.defaultTestLoader.loadTestsFromName("test_public")
     result = unittest.TestResult()
     suite.run(result)
-    public_ok = [result.testsRun, len(result.failures) + len(result.errors)]
+    return [result.testsRun, len(result.failures) + len(result.errors)]
+
+
+outcomes = [in_child(case(setup, expr)) for setup, expr in spec["cases"]]
+public_ok = in_child(public_tests) if spec.get("run_public") else None
 print(json.dumps({"outcomes": outcomes, "public": public_ok}))
 '''
 
 
 def evaluate(module, source, cases, public_src=None):
-    if len(cases) > 1:
-        # One process per hidden case, as the gym's verifier runs them: module state never
-        # carries over from one case to the next.
-        outcomes = [evaluate(module, source, [case])["outcomes"][0] for case in cases]
-        public = None if public_src is None else evaluate(module, source, [], public_src)["public"]
-        return {"outcomes": outcomes, "public": public}
+    # Each case, and the public tests, run in a process of their own (forked from one
+    # interpreter per call, see EVAL_PROGRAM): module state never carries over between them.
     with tempfile.TemporaryDirectory() as d:
         with open(os.path.join(d, module + ".py"), "w") as fh:
             fh.write(source)
@@ -661,7 +686,7 @@ def evaluate(module, source, cases, public_src=None):
                 fh.write(public_src)
         spec = {"module": module, "cases": cases, "run_public": public_src is not None}
         proc = subprocess.run([sys.executable, "-c", EVAL_PROGRAM], cwd=d, input=json.dumps(spec),
-                              capture_output=True, text=True, timeout=30)
+                              capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
             raise RuntimeError(f"evaluation failed for {module}: {proc.stderr}")
         return json.loads(proc.stdout)
@@ -709,14 +734,15 @@ def build_task(family, make, v):
             raise RuntimeError(f"{task_id}: reference raises on a public case: {o}")
     public_src = public_test_source(module, spec["public"], [o["value"] for o in ref_public])
     hidden_cases = [list(c) for c in spec["hidden"]]
-    ref_hidden = evaluate(module, reference, hidden_cases)
-    if evaluate(module, reference, [], public_src)["public"][1] != 0:
+    ref_hidden = evaluate(module, reference, hidden_cases, public_src)
+    if ref_hidden["public"][1] != 0:
         raise RuntimeError(f"{task_id}: reference fails public tests")
 
     def check(source, what):
-        # Separate processes: hidden cases may mutate module state the public tests rely on.
-        got = evaluate(module, source, hidden_cases)
-        public = evaluate(module, source, [], public_src)["public"]
+        # Each case and the public tests in a process of their own: hidden cases may mutate
+        # module state the public tests rely on.
+        got = evaluate(module, source, hidden_cases, public_src)
+        public = got["public"]
         hidden_ok = sum(a == b for a, b in zip(got["outcomes"], ref_hidden["outcomes"]))
         return public[1] == 0, hidden_ok == len(hidden_cases)
 
