@@ -282,6 +282,36 @@ impl<D: Decoder> LocalEngine<D> {
     }
 }
 
+/// One token for each live row (`live`, increasing), drawn in parallel on the current rayon
+/// pool: at a 150k vocabulary the sampler costs more than the decode step, and each row draws
+/// from its own seeded generator, so the tokens do not depend on the thread count.
+fn draw_live_rows(
+    logits: &[Option<Vec<f32>>],
+    live: &[usize],
+    rngs: &mut [ChaCha8Rng],
+    params: &GenerateParams,
+    kind: LogprobKind,
+) -> Vec<anyhow::Result<(u32, f32)>> {
+    use rayon::prelude::*;
+    let mut is_live = vec![false; rngs.len()];
+    for &i in live {
+        is_live[i] = true;
+    }
+    rngs.iter_mut()
+        .enumerate()
+        .filter(|(i, _)| is_live[*i])
+        .collect::<Vec<_>>()
+        .into_par_iter()
+        .map(|(i, rng)| {
+            let row_logits = logits
+                .get(i)
+                .and_then(Option::as_ref)
+                .ok_or_else(|| anyhow::anyhow!("generate: row {i} fed nothing"))?;
+            sample_token_as(row_logits, &params.sampling, kind, rng)
+        })
+        .collect()
+}
+
 impl<D: Decoder> Engine for LocalEngine<D> {
     fn generate(
         &mut self,
@@ -326,20 +356,12 @@ impl<D: Decoder> Engine for LocalEngine<D> {
                 row_feeds[i] = &feeds[i];
             }
             let logits = self.decoder.decode(&row_feeds, &mut cached.cache)?;
+            let draws = draw_live_rows(&logits, &live, &mut rngs, params, self.logprob_kind);
             let mut still = Vec::with_capacity(live.len());
-            for &i in &live {
+            for (&i, draw) in live.iter().zip(draws) {
                 let fed = std::mem::take(&mut feeds[i]);
                 cached.rows[i].1.extend(&fed);
-                let row_logits = logits[i]
-                    .as_ref()
-                    .ok_or_else(|| anyhow::anyhow!("generate: row {i} fed nothing"))?;
-                let (token, logprob) = sample_token_as(
-                    row_logits,
-                    &params.sampling,
-                    self.logprob_kind,
-                    &mut rngs[i],
-                )
-                .map_err(|e| {
+                let (token, logprob) = draw.map_err(|e| {
                     e.context(format!(
                         "generate: row {i}, completion token {}",
                         out[i].tokens.len()

@@ -19,6 +19,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::LogprobKind;
 
+thread_local! {
+    /// The untruncated sampler's weights by id, reused across tokens (a 150k-token row is
+    /// 1.2 MB; allocating it per token faulted fresh pages in every time).
+    static UNTRUNCATED_WEIGHTS: std::cell::RefCell<Vec<f64>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// How tokens are drawn. The one sampling-parameter type of the workspace: the trainer's
 /// `[sampling]` section, evaluation and every engine use it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -84,29 +90,53 @@ pub fn scaled_log_softmax(logits: &[f32], temperature: f64) -> Vec<f64> {
 /// `perf`). Ids are visited in increasing order, so a later token equal to the worst kept
 /// ranks below it and only a strictly larger score gets in.
 pub fn most_likely(scores: &[f64], width: usize) -> Vec<usize> {
+    most_likely_of(scores, width)
+}
+
+/// A score [`most_likely`] ranks by: a float under its IEEE total order.
+#[doc(hidden)]
+pub trait RankScore: Copy {
+    fn rank_cmp(&self, other: &Self) -> std::cmp::Ordering;
+}
+impl RankScore for f64 {
+    fn rank_cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.total_cmp(other)
+    }
+}
+impl RankScore for f32 {
+    fn rank_cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.total_cmp(other)
+    }
+}
+
+/// [`most_likely`] over f32 or f64 scores. The sampler ranks the raw f32 logits: dividing by a
+/// positive temperature in f64 maps distinct f32 values to distinct f64 values in the same
+/// order, so the ranking is that of the scaled scores without materialising them.
+#[doc(hidden)]
+pub fn most_likely_of<S: RankScore>(scores: &[S], width: usize) -> Vec<usize> {
     use std::cmp::Ordering;
     use std::collections::BinaryHeap;
 
     /// A kept token, ordered so that the heap's maximum is the worst ranked.
-    struct Kept(f64, usize);
-    impl Ord for Kept {
+    struct Kept<S>(S, usize);
+    impl<S: RankScore> Ord for Kept<S> {
         fn cmp(&self, other: &Self) -> Ordering {
-            other.0.total_cmp(&self.0).then(self.1.cmp(&other.1))
+            other.0.rank_cmp(&self.0).then(self.1.cmp(&other.1))
         }
     }
-    impl PartialOrd for Kept {
+    impl<S: RankScore> PartialOrd for Kept<S> {
         fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
             Some(self.cmp(other))
         }
     }
-    impl PartialEq for Kept {
+    impl<S: RankScore> PartialEq for Kept<S> {
         fn eq(&self, other: &Self) -> bool {
             self.cmp(other) == Ordering::Equal
         }
     }
-    impl Eq for Kept {}
+    impl<S: RankScore> Eq for Kept<S> {}
 
-    let by_rank = |a: &usize, b: &usize| scores[*b].total_cmp(&scores[*a]).then(a.cmp(b));
+    let by_rank = |a: &usize, b: &usize| scores[*b].rank_cmp(&scores[*a]).then(a.cmp(b));
     if width >= scores.len() {
         let mut all: Vec<usize> = (0..scores.len()).collect();
         all.sort_by(by_rank);
@@ -115,13 +145,15 @@ pub fn most_likely(scores: &[f64], width: usize) -> Vec<usize> {
     if width == 0 {
         return Vec::new();
     }
-    let mut heap: BinaryHeap<Kept> = (0..width).map(|i| Kept(scores[i], i)).collect();
-    let mut worst = heap.peek().map_or(f64::NEG_INFINITY, |k| k.0);
+    let mut heap: BinaryHeap<Kept<S>> = (0..width).map(|i| Kept(scores[i], i)).collect();
+    let Some(mut worst) = heap.peek().map(|k| k.0) else {
+        return Vec::new();
+    };
     for (i, &score) in scores.iter().enumerate().skip(width) {
-        if score.total_cmp(&worst) == Ordering::Greater {
+        if score.rank_cmp(&worst) == Ordering::Greater {
             heap.pop();
             heap.push(Kept(score, i));
-            worst = heap.peek().map_or(f64::NEG_INFINITY, |k| k.0);
+            worst = heap.peek().map_or(score, |k| k.0);
         }
     }
     let mut kept: Vec<usize> = heap.into_iter().map(|k| k.1).collect();
@@ -196,37 +228,44 @@ pub fn sample_token_as<R: Rng + ?Sized>(
     } else {
         1.0
     };
-    // One pass of exponentials over the vocabulary, reused by the truncation and the CDF walk:
-    // at Qwen3's 150k tokens the sampler otherwise costs more than a tiny model's step.
-    // `weights` are the unnormalised probabilities exp(z/T - max); `lse` is exactly
-    // `scaled_log_softmax`'s.
-    let scaled: Vec<f64> = logits.iter().map(|&x| x as f64 / temperature).collect();
-    let max = scaled.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let weights: Vec<f64> = scaled.iter().map(|x| (x - max).exp()).collect();
-    let total: f64 = weights.iter().sum();
+    // One pass of exponentials over the vocabulary; at Qwen3's 150k tokens the sampler
+    // otherwise costs more than a tiny model's step. No vocabulary-wide f64 row is built: the
+    // scaled logit `x / T` and its weight `exp(x / T - max)` are recomputed where needed, which
+    // gives bit for bit the values (and sums, in the same order) a stored row would. The
+    // maximum of the scaled logits is the scaled maximum logit (division by T > 0 keeps order).
+    let max = f64::from(logits.iter().copied().fold(f32::NEG_INFINITY, f32::max)) / temperature;
+    let scaled = |token: usize| f64::from(logits[token]) / temperature;
+    let weight = |token: usize| (scaled(token) - max).exp();
+    let untruncated_walk = params.temperature != 0.0 && !params.truncates();
+    let total: f64 = if untruncated_walk {
+        // The walk by id below reads every weight again: keep them, in a buffer per thread.
+        UNTRUNCATED_WEIGHTS.with_borrow_mut(|weights| {
+            weights.clear();
+            weights.extend((0..logits.len()).map(weight));
+            weights.iter().sum()
+        })
+    } else {
+        (0..logits.len()).map(weight).sum()
+    };
     let lse = max + total.ln();
     let raw_logprob = |token: usize| -> f64 {
         if temperature == 1.0 {
-            scaled[token] - lse
+            scaled(token) - lse
         } else {
             scaled_log_softmax(logits, 1.0)[token]
         }
     };
     if params.temperature == 0.0 {
-        let (best, _) = scaled
-            .iter()
-            .enumerate()
-            .fold(
-                (0, f64::NEG_INFINITY),
-                |acc, (i, &x)| {
-                    if x > acc.1 {
-                        (i, x)
-                    } else {
-                        acc
-                    }
-                },
-            );
-        return Ok((best as u32, (scaled[best] - lse) as f32));
+        // The first maximum by id, as a strict `>` scan of the scaled row finds it.
+        let mut best = 0;
+        let mut best_logit = f32::NEG_INFINITY;
+        for (i, &x) in logits.iter().enumerate() {
+            if x > best_logit {
+                best = i;
+                best_logit = x;
+            }
+        }
+        return Ok((best as u32, (scaled(best) - lse) as f32));
     }
     // Candidates in the order we walk the CDF: all tokens by id, or (top-k/top-p) the kept
     // set by descending probability (ties by id, so the order is total and reproducible).
@@ -248,11 +287,11 @@ pub fn sample_token_as<R: Rng + ?Sized>(
             limit
         };
         let (keep, cumulative) = loop {
-            order = most_likely(&scaled, width);
+            order = most_likely_of(logits, width);
             let mut cumulative = 0.0;
             let mut keep = 0;
             for &i in &order {
-                cumulative += weights[i];
+                cumulative += weight(i);
                 keep += 1;
                 if cumulative >= nucleus {
                     break;
@@ -270,19 +309,21 @@ pub fn sample_token_as<R: Rng + ?Sized>(
     let mut cumulative = 0.0;
     let chosen = if order.is_empty() {
         // Untruncated: walk the vocabulary by id.
-        let mut chosen = logits.len() - 1;
-        for (i, w) in weights.iter().enumerate() {
-            cumulative += w;
-            if target < cumulative {
-                chosen = i;
-                break;
+        UNTRUNCATED_WEIGHTS.with_borrow(|weights| {
+            let mut chosen = logits.len() - 1;
+            for (i, w) in weights.iter().enumerate() {
+                cumulative += w;
+                if target < cumulative {
+                    chosen = i;
+                    break;
+                }
             }
-        }
-        chosen
+            chosen
+        })
     } else {
         let mut chosen = order[order.len() - 1];
         for &i in &order {
-            cumulative += weights[i];
+            cumulative += weight(i);
             if target < cumulative {
                 chosen = i;
                 break;
@@ -290,7 +331,7 @@ pub fn sample_token_as<R: Rng + ?Sized>(
         }
         chosen
     };
-    let scaled_logprob = scaled[chosen] - lse;
+    let scaled_logprob = scaled(chosen) - lse;
     let logprob = match kind {
         LogprobKind::TemperatureScaled => scaled_logprob,
         LogprobKind::Processed => scaled_logprob - (kept_weight / total).ln(),

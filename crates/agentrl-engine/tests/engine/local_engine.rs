@@ -108,6 +108,21 @@ fn sampling_is_seeded_per_row_and_respects_stop_and_length() {
     }
 }
 
+/// The rows' tokens are drawn in parallel, each from its own seeded generator: the same
+/// completions on a pool of one thread and of three.
+#[test]
+fn the_draws_do_not_depend_on_the_thread_count() {
+    let model = model();
+    let prompts: Vec<Vec<u32>> = (0..7).map(|i| vec![1 + i % 5, 2, 3 + i % 3]).collect();
+    let run = |threads| {
+        let mut engine = agentrl_engine::OnThreads::new(LocalEngine::new(&model), threads).unwrap();
+        engine
+            .generate(&requests(&prompts, 11), &params(12, &[5]))
+            .unwrap()
+    };
+    assert_eq!(run(1), run(3));
+}
+
 #[test]
 fn prefix_caching_gives_the_same_samples_as_a_cold_start() {
     let model = model();

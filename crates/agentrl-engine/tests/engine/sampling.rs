@@ -2,7 +2,8 @@
 //! its value, the partial sort draws what a full sort draws, and bad input is an error.
 
 use agentrl_engine::sampling::{
-    kept_tokens, most_likely, sample_token, sample_token_as, scaled_log_softmax, SamplingParams,
+    kept_tokens, most_likely, most_likely_of, sample_token, sample_token_as, scaled_log_softmax,
+    SamplingParams,
 };
 use agentrl_engine::LogprobKind;
 use rand::Rng;
@@ -198,6 +199,33 @@ fn the_top_width_ranking_is_a_full_sorts_prefix() {
                 full[..width.min(len)].to_vec(),
                 "row of {len}, width {width}"
             );
+        }
+    }
+}
+
+/// The sampler ranks the raw f32 logits instead of the f64 scaled ones it used to build: the
+/// same order at every temperature, ties (equal logits, signed zeros) included.
+#[test]
+fn ranking_the_f32_logits_is_ranking_the_scaled_ones() {
+    let mut rng = ChaCha8Rng::seed_from_u64(9);
+    for case in 0..30 {
+        let len = 50 + case * 13;
+        let levels = if case % 3 == 0 { 6.0 } else { 1e5 };
+        let mut logits: Vec<f32> = (0..len)
+            .map(|_| ((rng.random::<f32>() * levels).floor() - levels / 2.0) / 7.0)
+            .collect();
+        logits[len / 2] = -0.0;
+        logits[len / 3] = 0.0;
+        logits[len / 4] = f32::NEG_INFINITY;
+        for temperature in [0.07, 0.7, 1.0, 1.3] {
+            let scaled: Vec<f64> = logits.iter().map(|&x| x as f64 / temperature).collect();
+            for width in [1, 7, 20, 64, len] {
+                assert_eq!(
+                    most_likely_of(&logits, width),
+                    most_likely(&scaled, width),
+                    "row of {len}, T = {temperature}, width {width}"
+                );
+            }
         }
     }
 }
