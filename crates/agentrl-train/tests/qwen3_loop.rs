@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use agentrl_engine::serve::{self, LocalServed, ServeOptions};
 use agentrl_engine::LogprobKind;
 use agentrl_model::qwen3::{LoadOptions, Qwen3};
+use agentrl_rollout::Episode;
 use agentrl_train::config::{load_config, Config};
 use agentrl_train::recipes::sft::run_sft_session;
 use agentrl_train::session::{Progress, SessionOptions};
@@ -20,7 +21,9 @@ mod common;
 /// The allocator `agentrl` itself runs on (`src/main.rs`). At the real 151,936-token vocabulary
 /// a step's vocabulary-wide tensors are hundreds of MB each; under the system allocator each
 /// one is a fresh mapping whose pages the kernel faults in and zeroes (56% of this binary's
-/// samples in the kernel, against 38% with mimalloc, in the SFT test's steady state).
+/// samples in the kernel, against 38% with mimalloc, in the SFT test's steady state, measured
+/// while the sandbox's relays still shared the trainer's pages; since, 30 s of its 495 CPU
+/// seconds are the kernel's).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -28,26 +31,53 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// A tiny random Qwen3 folder (hidden 128, 2 layers, the real 151,936-token vocabulary).
-fn tiny_qwen3(dir: &Path) -> anyhow::Result<PathBuf> {
+/// The script's arguments: hidden 64, 2 layers, the real 151,936-token vocabulary.
+const TINY_QWEN3_ARGS: [&str; 6] = [
+    "--hidden-size",
+    "64",
+    "--scale",
+    "0.15",
+    "--embed-scale",
+    "0.6",
+];
+
+/// The tiny random Qwen3 folder, made once by the committed script and only read by the tests
+/// (each writes its runs under a temporary folder of its own). It is kept under cargo's
+/// `target/tmp`, named by a hash of the script and its arguments, so a changed script makes
+/// a new folder and a stale one is never read.
+fn tiny_qwen3() -> &'static Path {
+    static MODEL: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    MODEL.get_or_init(|| make_tiny_qwen3().expect("scripts/make_tiny_qwen3.py"))
+}
+
+fn make_tiny_qwen3() -> anyhow::Result<PathBuf> {
+    use std::hash::{Hash, Hasher};
+    let script = repo().join("scripts/make_tiny_qwen3.py");
+    let mut key = std::collections::hash_map::DefaultHasher::new();
+    std::fs::read(&script)?.hash(&mut key);
+    TINY_QWEN3_ARGS.hash(&mut key);
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let out = cache.join(format!("tiny-qwen3-{:016x}", key.finish()));
+    if out.join("model.safetensors").is_file() {
+        return Ok(out);
+    }
+    // Made in a fresh folder and renamed into place, so a concurrent test binary never reads
+    // a half-written model.
+    let fresh = tempfile::tempdir_in(cache)?;
+    let made = fresh.path().join("tiny-qwen3");
     let assets = agentrl_chat::qwen3_assets_for_tests().expect("the shared Qwen3 assets");
-    let out = dir.join("tiny-qwen3");
     let status = std::process::Command::new("python3")
-        .arg(repo().join("scripts/make_tiny_qwen3.py"))
-        .args([
-            "--hidden-size",
-            "64",
-            "--scale",
-            "0.15",
-            "--embed-scale",
-            "0.6",
-        ])
+        .arg(&script)
+        .args(TINY_QWEN3_ARGS)
         .arg("--assets")
         .arg(&assets)
         .arg("--out")
-        .arg(&out)
+        .arg(&made)
         .status()?;
     anyhow::ensure!(status.success(), "make_tiny_qwen3.py failed");
+    if std::fs::rename(&made, &out).is_err() && !out.join("model.safetensors").is_file() {
+        anyhow::bail!("could not move the tiny Qwen3 into {}", out.display());
+    }
     Ok(out)
 }
 
@@ -91,18 +121,68 @@ fn seed_sets(tasks: &Path, seed: u64, run_name: &str) -> anyhow::Result<Vec<Stri
     ])
 }
 
-/// Mean reward and valid-tool-call rate (turns without a format error) of `per_task`
-/// episodes of each train task, sampled by the current policy as an RL step samples them.
-fn reward_and_valid_calls(trainer: &mut Trainer, tag: u64) -> anyhow::Result<(f64, f64)> {
+/// `per_task` episodes of each train task, sampled by the current policy as an RL step
+/// samples them.
+fn sample_episodes(trainer: &mut Trainer, tag: u64) -> anyhow::Result<Vec<Episode>> {
     use rand::SeedableRng;
     let tasks = trainer.train_task_ids().to_vec();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(tag);
-    let episodes = trainer.sample_policy_episodes(&tasks, 16, &mut rng)?;
+    trainer.sample_policy_episodes(&tasks, 16, &mut rng)
+}
+
+/// Mean reward and valid-tool-call rate (turns without a format error) of `episodes`.
+fn figures(episodes: &[Episode]) -> (f64, f64) {
     let n = episodes.len() as f64;
     let reward = episodes.iter().map(|e| e.reward.score as f64).sum::<f64>() / n;
     let turns: u32 = episodes.iter().map(|e| e.turns).sum();
     let errors: u32 = episodes.iter().map(|e| e.format_errors).sum();
-    Ok((reward, 1.0 - errors as f64 / turns.max(1) as f64))
+    (reward, 1.0 - errors as f64 / turns.max(1) as f64)
+}
+
+/// Mean reward and valid-tool-call rate of 32 fresh episodes of the two train tasks.
+fn reward_and_valid_calls(trainer: &mut Trainer, tag: u64) -> anyhow::Result<(f64, f64)> {
+    Ok(figures(&sample_episodes(trainer, tag)?))
+}
+
+/// The untrained policy's figures, measured once per test. LoRA's B factor starts at zero, so
+/// the untrained policy of every seed is the same function of the tokens (only the LoRA
+/// generator, whose A factor does not reach the output yet, differs); [`Untrained::of`]
+/// checks that on the measured episodes' log-probs before it reuses the figures.
+struct Untrained {
+    figures: (f64, f64),
+    episodes: Vec<Episode>,
+    logprobs: Vec<f32>,
+}
+
+impl Untrained {
+    fn measure(trainer: &mut Trainer, tag: u64) -> anyhow::Result<Self> {
+        let episodes = sample_episodes(trainer, tag)?;
+        let probe = episodes[..2].to_vec();
+        Ok(Self {
+            figures: figures(&episodes),
+            logprobs: trainer.sequence_log_probs(&probe)?,
+            episodes: probe,
+        })
+    }
+
+    /// The figures for `trainer`'s untrained policy: measured on the first seed, then checked
+    /// to be the same policy and reused.
+    fn of(once: &mut Option<Self>, trainer: &mut Trainer, tag: u64) -> anyhow::Result<(f64, f64)> {
+        match once {
+            Some(measured) => {
+                let again = trainer.sequence_log_probs(&measured.episodes)?;
+                for (a, b) in again.iter().zip(&measured.logprobs) {
+                    assert!(
+                        (a - b).abs() <= 1e-4 * b.abs().max(1.0),
+                        "the untrained policies of two seeds differ: {again:?} against {:?}",
+                        measured.logprobs
+                    );
+                }
+                Ok(measured.figures)
+            }
+            None => Ok(once.insert(Self::measure(trainer, tag)?).figures),
+        }
+    }
 }
 
 /// The learning test of `configs/qwen3-tiny-grpo.toml` (a tiny random Qwen3, the real
@@ -110,17 +190,18 @@ fn reward_and_valid_calls(trainer: &mut Trainer, tag: u64) -> anyhow::Result<(f6
 /// warm-up on well-formed calls (an SFT use: `train.format_warmup_steps`) makes some turns
 /// valid; GRPO, whose reward charges each format error, then raises the valid-call rate and
 /// the reward further. Measured on 32 fresh episodes of the two train tasks at each point,
-/// over two seeds.
+/// over two seeds (the untrained policy, the same for both, once: [`Untrained`]).
 #[test]
 fn warm_up_then_grpo_raises_the_valid_tool_call_rate_and_the_reward() -> anyhow::Result<()> {
     let tmp = tempfile::tempdir()?;
-    let model = tiny_qwen3(tmp.path())?;
+    let model = tiny_qwen3();
     let tasks = tmp.path().join("tasks");
     common::task_dir(&tasks, [2, 0, 0])?;
+    let mut untrained_once = None;
     for seed in [0u64, 1] {
         let sets = seed_sets(&tasks, seed, &format!("seed-{seed}"))?;
-        let (mut trainer, _) = Trainer::create(qwen3_config(tmp.path(), &model, &sets)?)?;
-        let untrained = reward_and_valid_calls(&mut trainer, 100 + seed)?;
+        let (mut trainer, _) = Trainer::create(qwen3_config(tmp.path(), model, &sets)?)?;
+        let untrained = Untrained::of(&mut untrained_once, &mut trainer, 100 + seed)?;
         let warmup_steps = trainer.config.train.format_warmup_steps;
         let mut records = Vec::new();
         while trainer.state.step < warmup_steps {
@@ -178,13 +259,15 @@ fn warm_up_then_grpo_raises_the_valid_tool_call_rate_and_the_reward() -> anyhow:
 /// multi-turn conversations with real `<tool_call>` JSON (candidate edits: the free-form diffs
 /// run past the 40-token action cap), the loss on the assistant turns only. The untrained
 /// model writes no valid call; 40 SFT steps make a clear share of its sampled turns valid.
-/// Measured on 32 fresh episodes of the two train tasks before and after, over two seeds.
+/// Measured on 32 fresh episodes of the two train tasks before and after, over two seeds (the
+/// untrained policy, the same for both, once: [`Untrained`]).
 #[test]
 fn sft_on_expert_chat_episodes_raises_the_valid_tool_call_rate() -> anyhow::Result<()> {
     let tmp = tempfile::tempdir()?;
-    let model = tiny_qwen3(tmp.path())?;
+    let model = tiny_qwen3();
     let tasks = tmp.path().join("tasks");
     common::task_dir(&tasks, [2, 0, 0])?;
+    let mut untrained_once = None;
     for seed in [0u64, 1] {
         let mut sets = seed_sets(&tasks, seed, &format!("sft-{seed}"))?;
         sets.extend(strings(&[
@@ -194,8 +277,8 @@ fn sft_on_expert_chat_episodes_raises_the_valid_tool_call_rate() -> anyhow::Resu
             "train.format_warmup_steps=0",
             "train.steps=40",
         ]));
-        let (mut trainer, _) = Trainer::create(qwen3_config(tmp.path(), &model, &sets)?)?;
-        let untrained = reward_and_valid_calls(&mut trainer, 400 + seed)?;
+        let (mut trainer, _) = Trainer::create(qwen3_config(tmp.path(), model, &sets)?)?;
+        let untrained = Untrained::of(&mut untrained_once, &mut trainer, 400 + seed)?;
         let options = SessionOptions {
             progress: Progress::Off,
             summary_evals: false,
@@ -238,10 +321,10 @@ fn sft_on_expert_chat_episodes_raises_the_valid_tool_call_rate() -> anyhow::Resu
 #[test]
 fn the_preflight_reports_bf16_drift_and_refuses_raw_logprobs() -> anyhow::Result<()> {
     let tmp = tempfile::tempdir()?;
-    let model = tiny_qwen3(tmp.path())?;
+    let model = tiny_qwen3();
     let (trainer, _) = Trainer::create(qwen3_config(
         tmp.path(),
-        &model,
+        model,
         &strings(&[PLAIN_SAMPLING.as_slice(), &["engine.dtype=\"bf16\""]].concat()),
     )?)?;
     let report = trainer.preflight.as_ref().expect("the preflight ran");
@@ -258,7 +341,7 @@ fn the_preflight_reports_bf16_drift_and_refuses_raw_logprobs() -> anyhow::Result
     let before = std::fs::read_dir(&runs)?.count();
     let refused = Trainer::create(qwen3_config(
         tmp.path(),
-        &model,
+        model,
         &strings(
             &[
                 PLAIN_SAMPLING.as_slice(),
@@ -287,9 +370,9 @@ fn the_preflight_reports_bf16_drift_and_refuses_raw_logprobs() -> anyhow::Result
 #[test]
 fn a_server_with_a_wrong_temperature_is_refused() -> anyhow::Result<()> {
     let tmp = tempfile::tempdir()?;
-    let model_dir = tiny_qwen3(tmp.path())?;
+    let model_dir = tiny_qwen3();
     let served = |force: Option<f64>| -> anyhow::Result<serve::Server> {
-        let model = Qwen3::load(&model_dir, &LoadOptions::default())?;
+        let model = Qwen3::load(model_dir, &LoadOptions::default())?;
         serve::start(
             LocalServed::new(model, "tiny", model_dir.to_str().unwrap()),
             ServeOptions {
@@ -310,22 +393,15 @@ fn a_server_with_a_wrong_temperature_is_refused() -> anyhow::Result<()> {
         sets
     };
     let honest = served(None)?;
-    let (trainer, _) = Trainer::create(qwen3_config(
-        tmp.path(),
-        &model_dir,
-        &remote(&honest.url()),
-    )?)?;
+    let (trainer, _) =
+        Trainer::create(qwen3_config(tmp.path(), model_dir, &remote(&honest.url()))?)?;
     let report = trainer.preflight.as_ref().expect("the preflight ran");
     eprintln!("honest server: {}", report.summary());
     assert!(report.refusal.is_none());
     drop(trainer);
 
     let forced = served(Some(0.5))?;
-    let refused = Trainer::create(qwen3_config(
-        tmp.path(),
-        &model_dir,
-        &remote(&forced.url()),
-    )?);
+    let refused = Trainer::create(qwen3_config(tmp.path(), model_dir, &remote(&forced.url()))?);
     let error = format!(
         "{:#}",
         refused.err().expect("a forced temperature is refused")
@@ -343,8 +419,8 @@ fn a_server_with_a_wrong_temperature_is_refused() -> anyhow::Result<()> {
 #[test]
 fn async_grpo_on_a_server_syncs_lora_and_bounds_staleness() -> anyhow::Result<()> {
     let tmp = tempfile::tempdir()?;
-    let model_dir = tiny_qwen3(tmp.path())?;
-    let model = Qwen3::load(&model_dir, &LoadOptions::default())?;
+    let model_dir = tiny_qwen3();
+    let model = Qwen3::load(model_dir, &LoadOptions::default())?;
     let server = serve::start(
         LocalServed::new(model, "tiny", model_dir.to_str().unwrap()),
         ServeOptions::default(),
@@ -364,7 +440,7 @@ fn async_grpo_on_a_server_syncs_lora_and_bounds_staleness() -> anyhow::Result<()
         "engine.endpoints=[{}]",
         serde_json::to_string(&server.url())?
     ));
-    let (mut trainer, _) = Trainer::create(qwen3_config(tmp.path(), &model_dir, &keys)?)?;
+    let (mut trainer, _) = Trainer::create(qwen3_config(tmp.path(), model_dir, &keys)?)?;
     let mut records = Vec::new();
     while trainer.state.step < trainer.config.train.steps {
         let record = trainer.step()?;
@@ -405,16 +481,16 @@ fn the_sft_loss_mask_covers_exactly_the_templates_assistant_turns() -> anyhow::R
     use agentrl_rollout::{Batch, TokenSource};
 
     let tmp = tempfile::tempdir()?;
-    let model = tiny_qwen3(tmp.path())?;
+    let model = tiny_qwen3();
     let sets = strings(&["rollout.max_turns=6", "rollout.max_action_tokens=160"]);
-    let (trainer, _) = Trainer::create(qwen3_config(tmp.path(), &model, &sets)?)?;
+    let (trainer, _) = Trainer::create(qwen3_config(tmp.path(), model, &sets)?)?;
     let episodes = agentrl_train::demonstrations::expert_demonstrations(&trainer, 0)?;
     let options = Qwen3CodecOptions {
         max_action_tokens: trainer.config.rollout.max_action_tokens,
         max_observation_tokens: trainer.config.qwen3.max_observation_tokens,
         enable_thinking: trainer.config.qwen3.enable_thinking,
     };
-    let codec = Qwen3Codec::from_dir(&model, options)?;
+    let codec = Qwen3Codec::from_dir(model, options)?;
     let batch = Batch::from_episodes(
         &episodes,
         codec.tokenizer().require_token_id("<|endoftext|>")?,
