@@ -63,10 +63,19 @@ fn helper_process() {
 /// Starts the helper with `TMPDIR=tmpdir`; returns it and the first line it printed after
 /// `READY `.
 fn start_helper(mode: &str, tmpdir: &Path) -> (Child, String) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
+    start_helper_with(mode, Some(tmpdir))
+}
+
+/// [`start_helper`], with `TMPDIR` removed from its environment when `tmpdir` is `None`.
+fn start_helper_with(mode: &str, tmpdir: Option<&Path>) -> (Child, String) {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    match tmpdir {
+        Some(dir) => command.env("TMPDIR", dir),
+        None => command.env_remove("TMPDIR"),
+    };
+    let mut child = command
         .args(["--exact", HELPER_TEST, "--nocapture", "--test-threads=1"])
         .env(HELPER_ENV, mode)
-        .env("TMPDIR", tmpdir)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -223,4 +232,25 @@ fn a_tmpdir_inside_a_0700_directory_does_not_break_jobs() {
             .contains(&private_name.display().to_string()),
         "the error does not name the 0700 directory: {error}"
     );
+}
+
+/// Without `TMPDIR`, workspaces go to `/dev/shm` when it is a tmpfs with at least 1 GiB free
+/// (no disk inode churn per episode), else to the system temporary directory; jobs run there.
+#[test]
+fn without_tmpdir_workspaces_go_to_memory_when_it_has_room() {
+    let (mut child, line) = start_helper_with("job", None);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{line}");
+    assert!(line.ends_with("Exited { code: 0 } ran"), "{line}");
+    let run_dir = PathBuf::from(line.split(' ').next().unwrap());
+    // SAFETY: statfs fills the zeroed struct we pass.
+    let shm_has_room = unsafe {
+        let mut stats: libc::statfs = std::mem::zeroed();
+        libc::statfs(c"/dev/shm".as_ptr(), &mut stats) == 0
+            && stats.f_type as i64 == 0x0102_1994
+            && (stats.f_bavail as u64).saturating_mul(stats.f_bsize as u64) >= 1 << 30
+    };
+    // The system temporary directory, as `std::env::temp_dir` reads it without `TMPDIR`.
+    let expected = PathBuf::from(if shm_has_room { "/dev/shm" } else { "/tmp" });
+    assert_eq!(run_dir.parent(), Some(expected.as_path()), "{line}");
 }
