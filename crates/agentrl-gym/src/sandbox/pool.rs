@@ -45,6 +45,9 @@ struct WorkerConfig<'a> {
     pid_namespace: bool,
     /// The seccomp socket filter as hex `struct sock_filter`s, or `None` when it is off.
     socket_filter: Option<String>,
+    /// The verdict tree's source, which a fork server loads once (worker.py `_VERDICT_TREE`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    verdict_tree: Option<&'static str>,
 }
 
 #[derive(Serialize)]
@@ -158,6 +161,8 @@ impl Worker {
             env: host::scrubbed_env().into_iter().collect(),
             pid_namespace: host.pid_namespace,
             socket_filter: host.socket_filter.as_ref().map(seccomp::to_hex),
+            verdict_tree: matches!(entry, Entry::ForkServer)
+                .then_some(crate::harness::VERDICT_TREE_PROGRAM),
         };
         let config = serde_json::to_string(&config)
             .map_err(|e| SandboxError::Protocol(format!("encode worker config: {e}")))?;
