@@ -415,11 +415,11 @@ def _tree(type=type, repr=repr, str=str, len=len, dict=dict, list=list, tuple=tu
                                     stop(pid, SIGKILL)
                                 except OSError:
                                     pass
-            for fd in (readable, exited):
-                try:
-                    poller.unregister(fd)
-                except KeyError:
-                    pass
+            # Only what is still registered (an exception per case costs its process pages).
+            if reading:
+                poller.unregister(readable)
+            if status is None:
+                poller.unregister(exited)
             if status is None:
                 for stop in (killpg, kill):
                     try:
