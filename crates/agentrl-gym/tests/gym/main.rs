@@ -22,6 +22,7 @@ mod service;
 mod trusted_checker;
 mod trusted_checks;
 mod validate_builtin;
+mod verdict_paths;
 
 /// The built-in tasks and one sandbox pool, made once for the whole binary (a pool starts
 /// worker interpreters).
