@@ -863,7 +863,10 @@ def serve(config_json):
     global _FORK, _VERDICT_TREE
     _FORK = _raw_fork()
     if config.get("verdict_tree"):
-        _VERDICT_TREE = _load_verdict_tree(config["verdict_tree"])
+        try:
+            _VERDICT_TREE = _load_verdict_tree(config["verdict_tree"])
+        except Exception:
+            _VERDICT_TREE = None  # tree jobs then run the source like any program
     global _JOB_STREAMS
     _JOB_STREAMS = _make_job_streams()
     try:
