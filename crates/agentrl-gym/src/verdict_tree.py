@@ -6,9 +6,9 @@
 # each fork server at its start (worker.py `_load_verdict_tree`, which also runs `warm_up` so
 # the helpers' bytecode is specialised before any fork), and a job whose program is this very
 # source calls the returned `main`. What a verdict then costs is mostly its forks (one job, one
-# process per case) and the copy-on-write page faults after each: measured per case about
-# 0.45 ms for the fork and exit alone, the rest the pages the case and this parent touch, so
-# the hot paths call as few Python functions as they can. `main` imports the task's modules once, then
+# process per case) and the copy-on-write page faults after each: measured per case about 0.45
+# ms for the fork and exit alone, the rest the pages the case and this parent touch, so the hot
+# paths call as few Python functions as they can. `main` imports the task's modules once, then
 # forks one child per hidden case from that warm interpreter. Each child is a case process: its
 # own process group, its own CPU limit, its own wall-clock deadline (kept by this parent, which
 # kills the child's whole group at it), a fresh namespace with a fresh copy of the pristine
@@ -96,8 +96,9 @@ def _tree(type=type, repr=repr, str=str, len=len, dict=dict, list=list, tuple=tu
     # copies (measured: about 50 fewer page faults per case). Same output as json.dumps.
     make_encoder = getattr(json.encoder, "c_make_encoder", None)
     if make_encoder is not None:
-        encode_chunks = make_encoder(None, json.JSONEncoder().default, json.encoder.encode_basestring_ascii,
-                                     None, ": ", ", ", False, False, True)
+        encode_chunks = make_encoder(None, json.JSONEncoder().default,
+                                     json.encoder.encode_basestring_ascii, None, ": ", ", ",
+                                     False, False, True)
         join = "".join
 
         def encode(record):
