@@ -14,31 +14,12 @@ use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tenso
 use rayon::prelude::*;
 
 use super::exp::exp;
-use super::{f32_data, gemm_into, lane_sum, Operand};
-
-/// `Σ a[i]·b[i]` with eight independent partial sums, so the compiler can vectorise it without
-/// reassociating floating-point adds.
-#[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0f32; 8];
-    let chunks = a.len() / 8;
-    for c in 0..chunks {
-        let (x, y) = (&a[c * 8..c * 8 + 8], &b[c * 8..c * 8 + 8]);
-        for l in 0..8 {
-            lanes[l] += x[l] * y[l];
-        }
-    }
-    let mut sum = lanes.iter().sum::<f32>();
-    for i in chunks * 8..a.len() {
-        sum += a[i] * b[i];
-    }
-    sum
-}
+use super::{f32_data, gemm_into, lane_dot, lane_max, lane_sum, Operand};
 
 /// Query rows per block: a block meets the keys up to its last row only.
 const ROW_BLOCK: usize = 32;
 
-/// Calls `shape.kernel(args…)` through a copy compiled for AVX2 where the CPU has it (the
+/// Calls `shape.kernel(args…)` through a copy compiled for AVX-512 or AVX2 where the CPU has it (the
 /// default x86-64 target assumes only SSE2, which halves the width of the kernels' loops). The
 /// arithmetic is the same either way (no fused multiply-adds, explicit partial sums), so results
 /// do not depend on the CPU.
@@ -46,7 +27,10 @@ macro_rules! simd_dispatch {
     ($shape:ident . $kernel:ident ( $($arg:expr),* )) => {{
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx2") {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                // SAFETY: the CPU supports AVX-512F, checked just above.
+                unsafe { $shape.with_avx512(|s| s.$kernel($($arg),*)) }
+            } else if std::arch::is_x86_feature_detected!("avx2") {
                 // SAFETY: the CPU supports AVX2, checked just above.
                 unsafe { $shape.with_avx2(|s| s.$kernel($($arg),*)) }
             } else {
@@ -104,6 +88,16 @@ impl AttentionShape {
         f(self)
     }
 
+    /// [`Self::with_avx2`] for AVX-512F (16 lanes).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn with_avx512(&self, f: impl FnOnce(&Self)) {
+        f(self)
+    }
+
     /// Head `h`'s part `part` (0 = Q, 1 = K, 2 = V) inside one batch row's `qkv [T, 3·D]`,
     /// from position `row` on: rows `3·D` apart.
     fn part<'a>(&self, qkv_b: &'a [f32], h: usize, part: usize, row: usize) -> &'a [f32] {
@@ -130,7 +124,7 @@ impl AttentionShape {
                 let row = &mut p[i * t..i * t + r1];
                 let (seen, masked) = row.split_at_mut(i + 1);
                 masked.fill(0.0);
-                let max = seen.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                let max = lane_max(seen);
                 for pj in seen.iter_mut() {
                     *pj = exp((*pj - max) * scale);
                 }
@@ -163,6 +157,7 @@ impl AttentionShape {
     /// probabilities: per block of query rows, `dP = dO Vᵀ`,
     /// `dS = scale · P ⊙ (dP − rowsum(P ⊙ dP))`, `dQ = dS K`, `dK += dSᵀ Q`, `dV += Pᵀ dO`.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     fn backward_head(
         &self,
         qkv_b: &[f32],
@@ -192,7 +187,7 @@ impl AttentionShape {
                 let row = &mut ds[(i - r0) * t..(i - r0) * t + r1];
                 let (seen, masked) = row.split_at_mut(i + 1);
                 masked.fill(0.0);
-                let row_dot = dot(pr, seen);
+                let row_dot = lane_dot(pr, seen);
                 for (dsj, &pj) in seen.iter_mut().zip(pr) {
                     *dsj = scale * pj * (*dsj - row_dot);
                 }

@@ -8,7 +8,7 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor};
 
 use super::exp::exp;
-use super::{f32_data, for_rows, lane_sum};
+use super::{f32_data, for_rows, lane_max, lane_sum};
 
 struct CausalSoftmax {
     scale: f32,
@@ -31,7 +31,7 @@ impl CustomOp1 for CausalSoftmax {
         for_rows(&mut out, t, |r, row| {
             let i = r % t; // query position: keys 0..=i are visible
             let xr = &x[r * t..r * t + i + 1];
-            let max = xr.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) * scale;
+            let max = lane_max(xr) * scale;
             for (o, &v) in row.iter_mut().zip(xr) {
                 *o = exp(v * scale - max);
             }

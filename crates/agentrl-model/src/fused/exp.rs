@@ -31,7 +31,8 @@ const ROUND_MAGIC: f32 = 12_582_912.0;
 #[inline(always)]
 pub fn exp(x: f32) -> f32 {
     let clamped = x.clamp(MIN_INPUT, MAX_INPUT);
-    let n = (clamped * LOG2_E + ROUND_MAGIC) - ROUND_MAGIC;
+    let rounded = clamped * LOG2_E + ROUND_MAGIC;
+    let n = rounded - ROUND_MAGIC;
     let r = clamped - n * LN2_HI - n * LN2_LO;
     let r2 = r * r;
     let poly = ((((1.987_569_1e-4 * r + 1.398_2e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r
@@ -39,7 +40,11 @@ pub fn exp(x: f32) -> f32 {
         * r
         + 0.5;
     let e_r = poly * r2 + r + 1.0;
-    let two_n = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    // `rounded`'s bits are those of ROUND_MAGIC plus the integer `n` (|n| < 2^22 keeps the
+    // exponent fixed), so `2^n` is built by integer arithmetic on them: an `n as i32` (a
+    // saturating conversion) is scalarised per lane in AVX-512 loops.
+    let n_bits = rounded.to_bits().wrapping_sub(ROUND_MAGIC.to_bits());
+    let two_n = f32::from_bits(n_bits.wrapping_add(127) << 23);
     let y = e_r * two_n;
     if x > MAX_INPUT {
         f32::INFINITY

@@ -15,7 +15,7 @@ use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape
 use rayon::prelude::*;
 
 use super::exp::exp;
-use super::{f32_data, for_rows, lane_sum, u32_data, with_simd};
+use super::{f32_data, for_rows, lane_max, lane_sum, u32_data, with_simd};
 
 struct LogSoftmaxGather;
 
@@ -46,7 +46,7 @@ impl CustomOp2 for LogSoftmaxGather {
             .map(|r| {
                 let row = &logits[r * v..(r + 1) * v];
                 with_simd(|| {
-                    let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                    let max = lane_max(row);
                     let mut sum = 0f32;
                     // In blocks, so the exps vectorise and the buffer stays in L1 at any
                     // vocabulary.
@@ -104,7 +104,7 @@ impl CustomOp3 for LogSoftmaxGatherBackward {
             let g = grad[r];
             let lr = &logits[r * v..(r + 1) * v];
             with_simd(|| {
-                let max = lr.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                let max = lane_max(lr);
                 for (o, &x) in row.iter_mut().zip(lr) {
                     *o = exp(x - max);
                 }

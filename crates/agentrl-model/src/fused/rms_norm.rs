@@ -6,7 +6,7 @@
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
-use super::{f32_data, for_rows};
+use super::{f32_data, for_rows, lane_dot, with_simd};
 
 struct RmsNorm {
     eps: f32,
@@ -96,21 +96,29 @@ impl CustomOp3 for RmsNormBackward {
     }
 }
 
-/// [`rms_norm`] on plain slices: rows of `x` (each `w.len()` long) into `out`.
+/// [`rms_norm`] on plain slices: `x [N, d]` into `out [N, d]` (every element written), for
+/// `w [d]`.
 pub(crate) fn rms_norm_forward(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let d = w.len();
     for_rows(out, d, |r, row| {
         let xr = &x[r * d..(r + 1) * d];
-        let ms = xr.iter().map(|v| v * v).sum::<f32>() / d as f32;
-        let inv = 1.0 / (ms + eps).sqrt();
-        for ((o, &v), &wv) in row.iter_mut().zip(xr).zip(w) {
-            *o = v * inv * wv;
-        }
+        with_simd(|| {
+            let inv = inv_rms(xr, eps);
+            for ((o, &v), &wv) in row.iter_mut().zip(xr).zip(w) {
+                *o = v * inv * wv;
+            }
+        })
     });
 }
 
-/// The gradient of [`rms_norm_forward`]: `dx` for every row and `dw` (both overwritten), given
-/// `dy`.
+/// `1 / sqrt(mean(x²) + eps)` of one row.
+#[inline(always)]
+fn inv_rms(xr: &[f32], eps: f32) -> f32 {
+    1.0 / (lane_dot(xr, xr) / xr.len() as f32 + eps).sqrt()
+}
+
+/// The gradient of [`rms_norm_forward`] given `dy [N, d]`: `dx [N, d]` and `dw [d]` (every
+/// element written).
 pub(crate) fn rms_norm_backward(
     x: &[f32],
     w: &[f32],
@@ -121,36 +129,45 @@ pub(crate) fn rms_norm_backward(
 ) {
     let d = w.len();
     dw.fill(0.0);
-    // dx rows in parallel, each also returning its dw contribution; sum those in order so
-    // the result does not depend on scheduling.
-    let row_dw = |r: usize, row: &mut [f32]| -> Vec<f32> {
+    // One row's dx, with its dw contribution added to `dw_acc`.
+    let row_grads = |r: usize, row: &mut [f32], dw_acc: &mut [f32]| {
         let xr = &x[r * d..(r + 1) * d];
         let gr = &dy[r * d..(r + 1) * d];
-        let ms = xr.iter().map(|v| v * v).sum::<f32>() / d as f32;
-        let inv = 1.0 / (ms + eps).sqrt();
-        let mut dot = 0f32;
-        for k in 0..d {
-            dot += gr[k] * w[k] * xr[k] * inv;
+        let inv = inv_rms(xr, eps);
+        let mut lanes = [0f32; 8];
+        let (mut gs, mut ws, mut xs) = (gr.chunks_exact(8), w.chunks_exact(8), xr.chunks_exact(8));
+        for ((g, wv), xv) in (&mut gs).zip(&mut ws).zip(&mut xs) {
+            for l in 0..8 {
+                lanes[l] += g[l] * wv[l] * xv[l];
+            }
         }
-        let mean = dot / d as f32;
-        let mut contrib = vec![0f32; d];
+        let tail: f32 = (gs
+            .remainder()
+            .iter()
+            .zip(ws.remainder())
+            .zip(xs.remainder()))
+        .map(|((g, wv), xv)| g * wv * xv)
+        .sum();
+        let mean = (lanes.iter().sum::<f32>() + tail) * inv / d as f32;
         for k in 0..d {
             let xhat = xr[k] * inv;
             row[k] = inv * (gr[k] * w[k] - xhat * mean);
-            contrib[k] = gr[k] * xhat;
+            dw_acc[k] += gr[k] * xhat;
         }
-        contrib
     };
+    // dx rows in parallel, each task summing its rows' dw contributions; those partial sums
+    // are added in task order, so the result does not depend on scheduling.
     const ROWS_PER_TASK: usize = 64;
     let partials: Vec<Vec<f32>> = dx
         .par_chunks_mut(d * ROWS_PER_TASK)
         .enumerate()
         .map(|(chunk, rows)| {
             let mut acc = vec![0f32; d];
-            for (i, row) in rows.chunks_mut(d).enumerate() {
-                let c = row_dw(chunk * ROWS_PER_TASK + i, row);
-                acc.iter_mut().zip(&c).for_each(|(a, b)| *a += b);
-            }
+            with_simd(|| {
+                for (i, row) in rows.chunks_mut(d).enumerate() {
+                    row_grads(chunk * ROWS_PER_TASK + i, row, &mut acc);
+                }
+            });
             acc
         })
         .collect();

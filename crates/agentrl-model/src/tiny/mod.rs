@@ -375,9 +375,12 @@ impl TinyAgent {
     ) -> candle_core::Result<TinyOutput> {
         let (b, t) = ids.dims2()?;
         let (d, v) = (self.cfg.d_model, self.cfg.vocab_size);
-        let h = fused::rms_norm(x, &self.norm_final, self.cfg.rms_eps)?
-            .reshape((b * t, d))?
-            .index_select(positions, 0)?;
+        // The norm is per position, so only the scored positions are normed.
+        let h = fused::rms_norm(
+            &x.reshape((b * t, d))?.index_select(positions, 0)?,
+            &self.norm_final,
+            self.cfg.rms_eps,
+        )?;
         let mut logits = dense(&h, &self.lm_head)?;
         let values = self.value_head.forward(&h)?.squeeze(D::Minus1)?;
         if self.pointer.is_some() {

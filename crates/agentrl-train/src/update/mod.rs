@@ -24,10 +24,9 @@ use std::collections::BTreeMap;
 
 use agentrl_model::Policy;
 use agentrl_rl::{
-    apply_kl_to_rewards, compute_advantages_with, compute_policy_loss, entropy_bonus_loss,
-    entropy_from_logits, kl_loss, masked_mean_value, rollout_correction_and_rejection,
-    sum_pi_squared, value_loss, AdvantageExtras, AdvantageInputs, AggScale, PolicyLoss,
-    PolicyLossInputs,
+    apply_kl_to_rewards, compute_advantages_with, compute_policy_loss, entropy_bonus_loss, kl_loss,
+    masked_mean_value, rollout_correction_and_rejection, sum_pi_squared, value_loss,
+    AdvantageExtras, AdvantageInputs, AggScale, PolicyLoss, PolicyLossInputs,
 };
 use agentrl_rollout::{Batch, Episode};
 use anyhow::Context;
@@ -375,7 +374,7 @@ pub fn update_with(
             }
 
             let entropy_value = if knobs.entropy_coef != 0.0 {
-                let entropy = scored.scatter(&entropy_from_logits(&scored.logits)?)?;
+                let entropy = scored.scatter(&scored.entropy()?)?;
                 let (bonus, h) = entropy_bonus_loss(
                     &entropy,
                     &mask,
@@ -386,7 +385,7 @@ pub fn update_with(
                 loss = (loss + bonus)?;
                 h
             } else {
-                let entropy = entropy_from_logits(&scored.logits.detach())?;
+                let entropy = scored.entropy()?.detach();
                 masked_mean_value(&scored.scatter(&entropy)?, &mask)?
             };
 

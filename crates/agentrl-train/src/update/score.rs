@@ -6,7 +6,7 @@
 //! DPO) and the scoring beside them (reference and teacher log-probs).
 
 use agentrl_model::{ForUpdate, PendingGradients, Policy};
-use agentrl_rl::token_log_probs;
+use agentrl_rl::{entropy_from_logits, token_log_probs};
 use agentrl_rollout::Batch;
 use anyhow::Context;
 use candle_core::backprop::GradStore;
@@ -18,6 +18,9 @@ pub(super) struct Scored {
     pub(super) logp: Tensor,
     /// The scaled logits at the loss positions, `[1, N, V]`.
     pub(super) logits: Tensor,
+    /// The entropy of `softmax(logits)` at the loss positions, `[1, N]`, where the pass that
+    /// computed the log-probs gave it too (the fused CPU op); see [`Scored::entropy`].
+    entropy: Option<Tensor>,
     /// Values `[B, T]` (0 off the loss positions), for a policy with a value head.
     pub(super) values: Option<Tensor>,
     pub(super) positions: Tensor,
@@ -28,6 +31,15 @@ pub(super) struct Scored {
 }
 
 impl Scored {
+    /// The entropy of the scored distribution at the loss positions, `[1, N]`, differentiable:
+    /// the fused op's (computed beside the log-probs) or, off the CPU, candle's composed ops.
+    pub(super) fn entropy(&self) -> anyhow::Result<Tensor> {
+        Ok(match &self.entropy {
+            Some(entropy) => entropy.clone(),
+            None => entropy_from_logits(&self.logits)?,
+        })
+    }
+
     /// `[1, N]` (or `[N]`) values at the loss positions, as `[B, T]` with 0 elsewhere.
     pub(super) fn scatter(&self, at_positions: &Tensor) -> anyhow::Result<Tensor> {
         let (b, t) = self.shape;
@@ -91,10 +103,19 @@ pub(super) fn score(
         .flatten_all()?
         .index_select(&positions, 0)?
         .unsqueeze(0)?;
-    let logp_n = token_log_probs(&logits, &picked_targets)?;
+    let (logp_n, entropy) = if logits.device().is_cpu() && logits.dtype() == DType::F32 {
+        let (logp, entropy) = agentrl_model::fused::log_prob_and_entropy(
+            &logits.squeeze(0)?,
+            &picked_targets.squeeze(0)?,
+        )?;
+        (logp.unsqueeze(0)?, Some(entropy.unsqueeze(0)?))
+    } else {
+        (token_log_probs(&logits, &picked_targets)?, None)
+    };
     let mut scored = Scored {
         logp: logp_n.clone(),
         logits,
+        entropy,
         values: None,
         positions,
         shape: (b, t),
