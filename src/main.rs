@@ -12,5 +12,7 @@ mod cli;
 fn main() -> std::process::ExitCode {
     // Freed memory stays with the process (`agentrl_train::allocator` has the measurements).
     agentrl_train::allocator::keep_freed_pages();
+    // No candle thread pool beside rayon's (`agentrl_train::threads::single_candle_pool`).
+    agentrl_train::threads::single_candle_pool();
     cli::main()
 }

@@ -7,10 +7,30 @@
 //! thread count fixes its float summation order, which is what "the same seed and the same
 //! thread count give the same run" rests on.
 
+/// Keeps candle from starting a thread pool of its own beside rayon's: candle 0.11 runs every
+/// elementwise op of 64k elements or more on a "barrier pool" (`CANDLE_NUM_THREADS`, by default
+/// the rayon thread count, minus the calling thread) whose workers spin for 25,000 rounds after
+/// each op. On 2 cores that put a spinning thread beside the two rayon workers: a quarter of
+/// `agentrl bench train-step` runs took 36 ms instead of 22 (8 runs each way; with the pool off,
+/// 8 of 8 at 21.6–23.9 ms), and under load the step took 1.5x as long. With one thread the pool
+/// has no workers and those ops run on the calling thread; every matmul and fused kernel still
+/// runs on rayon's pool. Idempotent; `CANDLE_NUM_THREADS`, when set in the environment, wins.
+/// Called at the trainer's entry points ([`apply`]) and by the `agentrl` binary at start-up,
+/// before any tensor work.
+pub fn single_candle_pool() {
+    static APPLIED: std::sync::Once = std::sync::Once::new();
+    APPLIED.call_once(|| {
+        if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
+            std::env::set_var("CANDLE_NUM_THREADS", "1");
+        }
+    });
+}
+
 /// Makes this process compute on `threads` threads. Idempotent for the same count; a second
 /// call with another count after the pool exists is an error (the pool cannot be resized).
 pub fn apply(threads: usize) -> anyhow::Result<()> {
     anyhow::ensure!(threads > 0, "train.threads resolved to 0 threads");
+    single_candle_pool();
     static APPLIED: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     let first = *APPLIED.get_or_init(|| {
         // Set before rayon's global pool exists, in the process's first call; the variable

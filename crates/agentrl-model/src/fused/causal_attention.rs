@@ -238,7 +238,15 @@ impl CustomOp1 for CausalAttention {
         let sh = AttentionShape::of(self.name(), layout, self.heads)?;
         let t = sh.t;
         let mut out = vec![0f32; sh.b * t * sh.d];
-        attention_forward(qkv, (sh.b, t, sh.d), self.heads, self.scale, &mut out, None);
+        attention_forward(
+            qkv,
+            (sh.b, t, sh.d),
+            self.heads,
+            self.scale,
+            &mut out,
+            None,
+            true,
+        );
         Ok((CpuStorage::F32(out), Shape::from((sh.b, t, sh.d))))
     }
 
@@ -296,6 +304,7 @@ impl CustomOp2 for CausalAttentionBackward {
             self.heads,
             self.scale,
             &mut out,
+            true,
         );
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
@@ -304,7 +313,8 @@ impl CustomOp2 for CausalAttentionBackward {
 /// [`causal_attention`] on plain slices: `qkv [B, T, 3·D]` → `out [B, T, D]` (every element
 /// written), for `(B, T, D)` = `dims`. Where `probs` is given (`[B·H, T, T]`), each head's
 /// probabilities are kept there for [`attention_backward`]. The op and TinyAgent's explicit
-/// trunk share it.
+/// trunk share it. `parallel` splits the batch rows over the current rayon pool; a caller that
+/// already runs one task per shard of the batch passes `false`.
 pub(crate) fn attention_forward(
     qkv: &[f32],
     dims: (usize, usize, usize),
@@ -312,6 +322,7 @@ pub(crate) fn attention_forward(
     scale: f32,
     out: &mut [f32],
     probs: Option<&mut [f32]>,
+    parallel: bool,
 ) {
     let sh = AttentionShape::from_dims(dims, heads);
     let (t, d) = (sh.t, sh.d);
@@ -324,11 +335,22 @@ pub(crate) fn attention_forward(
         }
     };
     match probs {
+        Some(probs) if !parallel => out
+            .chunks_mut(t * d)
+            .zip(probs.chunks_mut(heads * t * t))
+            .enumerate()
+            .for_each(|(b, (out_b, probs_b))| row(b, out_b, probs_b)),
         Some(probs) => out
             .par_chunks_mut(t * d)
             .zip(probs.par_chunks_mut(heads * t * t))
             .enumerate()
             .for_each(|(b, (out_b, probs_b))| row(b, out_b, probs_b)),
+        None if !parallel => {
+            let mut probs_b = vec![0f32; heads * t * t];
+            out.chunks_mut(t * d)
+                .enumerate()
+                .for_each(|(b, out_b)| row(b, out_b, &mut probs_b));
+        }
         None => out
             .par_chunks_mut(t * d)
             .enumerate()
@@ -338,7 +360,8 @@ pub(crate) fn attention_forward(
 
 /// The gradient of [`attention_forward`] with respect to `qkv`, given `d_out [B, T, D]`, into
 /// `d_qkv [B, T, 3·D]` (every element written); `probs` are the forward pass's kept
-/// probabilities, or `None` to recompute them.
+/// probabilities, or `None` to recompute them. `parallel` as in [`attention_forward`].
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn attention_backward(
     qkv: &[f32],
     d_out: &[f32],
@@ -347,30 +370,39 @@ pub(crate) fn attention_backward(
     heads: usize,
     scale: f32,
     d_qkv: &mut [f32],
+    parallel: bool,
 ) {
     let sh = AttentionShape::from_dims(dims, heads);
     let (t, d) = (sh.t, sh.d);
-    d_qkv
-        .par_chunks_mut(t * 3 * d)
-        .enumerate()
-        .for_each(|(b, d_qkv_b)| {
-            d_qkv_b.fill(0.0);
-            let qkv_b = &qkv[b * t * 3 * d..][..t * 3 * d];
-            let d_out_b = &d_out[b * t * d..][..t * d];
-            let mut ds = vec![0f32; ROW_BLOCK * t];
-            let mut recomputed = Vec::new();
-            for h in 0..heads {
-                let p = match probs {
-                    Some(probs) => &probs[(b * heads + h) * t * t..][..t * t],
-                    None => {
-                        recomputed.resize(t * t, 0f32);
-                        simd_dispatch!(sh.probabilities(qkv_b, scale, h, &mut recomputed));
-                        &recomputed[..]
-                    }
-                };
-                simd_dispatch!(sh.backward_head(qkv_b, d_out_b, p, scale, h, &mut ds, d_qkv_b));
-            }
-        });
+    let row = |b: usize, d_qkv_b: &mut [f32]| {
+        d_qkv_b.fill(0.0);
+        let qkv_b = &qkv[b * t * 3 * d..][..t * 3 * d];
+        let d_out_b = &d_out[b * t * d..][..t * d];
+        let mut ds = vec![0f32; ROW_BLOCK * t];
+        let mut recomputed = Vec::new();
+        for h in 0..heads {
+            let p = match probs {
+                Some(probs) => &probs[(b * heads + h) * t * t..][..t * t],
+                None => {
+                    recomputed.resize(t * t, 0f32);
+                    simd_dispatch!(sh.probabilities(qkv_b, scale, h, &mut recomputed));
+                    &recomputed[..]
+                }
+            };
+            simd_dispatch!(sh.backward_head(qkv_b, d_out_b, p, scale, h, &mut ds, d_qkv_b));
+        }
+    };
+    if parallel {
+        d_qkv
+            .par_chunks_mut(t * 3 * d)
+            .enumerate()
+            .for_each(|(b, d_qkv_b)| row(b, d_qkv_b));
+    } else {
+        d_qkv
+            .chunks_mut(t * 3 * d)
+            .enumerate()
+            .for_each(|(b, d_qkv_b)| row(b, d_qkv_b));
+    }
 }
 
 /// Causal multi-head attention from a fused QKV projection: `qkv [B, T, 3·D]` holds Q, K and V

@@ -5,7 +5,7 @@
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, Layout, Result, Shape, Tensor};
 
 use super::exp::exp;
-use super::{f32_data, for_rows, with_simd};
+use super::{f32_data, for_rows_on, with_simd};
 
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 const GELU_C: f32 = 0.044_715;
@@ -20,7 +20,7 @@ impl CustomOp1 for Gelu {
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> Result<(CpuStorage, Shape)> {
         let x = f32_data(self.name(), storage, layout)?;
         let mut out = vec![0f32; x.len()];
-        gelu_forward(x, &mut out);
+        gelu_forward(x, &mut out, true);
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
 
@@ -49,15 +49,16 @@ impl CustomOp2 for GeluBackward {
         let x = f32_data(self.name(), s1, l1)?;
         let dy = f32_data(self.name(), s2, l2)?;
         let mut out = vec![0f32; x.len()];
-        gelu_backward(x, dy, &mut out);
+        gelu_backward(x, dy, &mut out, true);
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 }
 
-/// [`gelu`] on plain slices, `x` into `out`.
-pub(crate) fn gelu_forward(x: &[f32], out: &mut [f32]) {
+/// [`gelu`] on plain slices, `x` into `out`; `parallel` splits the work over the current rayon
+/// pool.
+pub(crate) fn gelu_forward(x: &[f32], out: &mut [f32], parallel: bool) {
     let row = 4096.min(x.len().max(1));
-    for_rows(out, row, |r, chunk| {
+    for_rows_on(out, row, parallel, |r, chunk| {
         let xs = &x[r * row..r * row + chunk.len()];
         with_simd(|| {
             for (o, &v) in chunk.iter_mut().zip(xs) {
@@ -70,9 +71,9 @@ pub(crate) fn gelu_forward(x: &[f32], out: &mut [f32]) {
 }
 
 /// The gradient of [`gelu_forward`], `dy ⊙ gelu'(x)` into `out`.
-pub(crate) fn gelu_backward(x: &[f32], dy: &[f32], out: &mut [f32]) {
+pub(crate) fn gelu_backward(x: &[f32], dy: &[f32], out: &mut [f32], parallel: bool) {
     let row = 4096.min(x.len().max(1));
-    for_rows(out, row, |r, chunk| {
+    for_rows_on(out, row, parallel, |r, chunk| {
         let base = r * row;
         let (xs, dys) = (&x[base..base + chunk.len()], &dy[base..base + chunk.len()]);
         with_simd(|| {

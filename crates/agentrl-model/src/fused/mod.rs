@@ -272,7 +272,16 @@ fn for_rows<F>(out: &mut [f32], row_len: usize, f: F)
 where
     F: Fn(usize, &mut [f32]) + Sync + Send,
 {
-    if out.len() >= PARALLEL_MIN_ELEMENTS {
+    for_rows_on(out, row_len, true, f)
+}
+
+/// [`for_rows`], on one thread where `parallel` is false (a caller that already runs one task
+/// per shard of the batch).
+fn for_rows_on<F>(out: &mut [f32], row_len: usize, parallel: bool, f: F)
+where
+    F: Fn(usize, &mut [f32]) + Sync + Send,
+{
+    if parallel && out.len() >= PARALLEL_MIN_ELEMENTS {
         out.par_chunks_mut(row_len)
             .enumerate()
             .for_each(|(r, row)| f(r, row));

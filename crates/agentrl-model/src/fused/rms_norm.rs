@@ -6,7 +6,7 @@
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Result, Shape, Tensor};
 use rayon::prelude::*;
 
-use super::{f32_data, for_rows, lane_dot, with_simd};
+use super::{f32_data, for_rows_on, lane_dot, with_simd};
 
 struct RmsNorm {
     eps: f32,
@@ -40,7 +40,7 @@ impl CustomOp2 for RmsNorm {
         let w = f32_data(self.name(), s2, l2)?;
         rms_dims(self.name(), l1, l2)?;
         let mut out = vec![0f32; x.len()];
-        rms_norm_forward(x, w, self.eps, &mut out);
+        rms_norm_forward(x, w, self.eps, &mut out, true);
         Ok((CpuStorage::F32(out), l1.shape().clone()))
     }
 
@@ -91,16 +91,16 @@ impl CustomOp3 for RmsNormBackward {
         let (n, d) = rms_dims(self.name(), l1, l2)?;
         let mut out = vec![0f32; n * d + d];
         let (dx, dw) = out.split_at_mut(n * d);
-        rms_norm_backward(x, w, dy, self.eps, dx, dw);
+        rms_norm_backward(x, w, dy, self.eps, dx, dw, true);
         Ok((CpuStorage::F32(out), Shape::from(n * d + d)))
     }
 }
 
 /// [`rms_norm`] on plain slices: `x [N, d]` into `out [N, d]` (every element written), for
-/// `w [d]`.
-pub(crate) fn rms_norm_forward(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+/// `w [d]`; `parallel` splits the rows over the current rayon pool.
+pub(crate) fn rms_norm_forward(x: &[f32], w: &[f32], eps: f32, out: &mut [f32], parallel: bool) {
     let d = w.len();
-    for_rows(out, d, |r, row| {
+    for_rows_on(out, d, parallel, |r, row| {
         let xr = &x[r * d..(r + 1) * d];
         with_simd(|| {
             let inv = inv_rms(xr, eps);
@@ -118,7 +118,7 @@ fn inv_rms(xr: &[f32], eps: f32) -> f32 {
 }
 
 /// The gradient of [`rms_norm_forward`] given `dy [N, d]`: `dx [N, d]` and `dw [d]` (every
-/// element written).
+/// element written); `parallel` as in [`rms_norm_forward`].
 pub(crate) fn rms_norm_backward(
     x: &[f32],
     w: &[f32],
@@ -126,6 +126,7 @@ pub(crate) fn rms_norm_backward(
     eps: f32,
     dx: &mut [f32],
     dw: &mut [f32],
+    parallel: bool,
 ) {
     let d = w.len();
     dw.fill(0.0);
@@ -158,19 +159,26 @@ pub(crate) fn rms_norm_backward(
     // dx rows in parallel, each task summing its rows' dw contributions; those partial sums
     // are added in task order, so the result does not depend on scheduling.
     const ROWS_PER_TASK: usize = 64;
-    let partials: Vec<Vec<f32>> = dx
-        .par_chunks_mut(d * ROWS_PER_TASK)
-        .enumerate()
-        .map(|(chunk, rows)| {
-            let mut acc = vec![0f32; d];
-            with_simd(|| {
-                for (i, row) in rows.chunks_mut(d).enumerate() {
-                    row_grads(chunk * ROWS_PER_TASK + i, row, &mut acc);
-                }
-            });
-            acc
-        })
-        .collect();
+    let task = |(chunk, rows): (usize, &mut [f32])| {
+        let mut acc = vec![0f32; d];
+        with_simd(|| {
+            for (i, row) in rows.chunks_mut(d).enumerate() {
+                row_grads(chunk * ROWS_PER_TASK + i, row, &mut acc);
+            }
+        });
+        acc
+    };
+    let partials: Vec<Vec<f32>> = if parallel {
+        dx.par_chunks_mut(d * ROWS_PER_TASK)
+            .enumerate()
+            .map(task)
+            .collect()
+    } else {
+        dx.chunks_mut(d * ROWS_PER_TASK)
+            .enumerate()
+            .map(task)
+            .collect()
+    };
     for p in partials {
         dw.iter_mut().zip(&p).for_each(|(a, b)| *a += b);
     }

@@ -13,9 +13,12 @@
 //! through candle's graph is bound by per-op costs (a fresh output buffer per op, gradients
 //! accumulated by zero-and-add, thread hand-offs between candle's pool and rayon's), not by
 //! arithmetic; the trunk is about 95% of the step's FLOPs. Here the residual stream is updated
-//! in place, the matmuls accumulate straight into their outputs, and everything runs on the
-//! current rayon pool. candle's autograd stays the oracle: the tests check this pass's
+//! in place, the matmuls accumulate straight into their outputs, and the batch runs as up to
+//! [`SHARDS`] shards of whole sequences, each forward and backward on one thread of the
+//! current rayon pool, with no hand-off between ops. candle's autograd stays the oracle: the tests check this pass's
 //! hidden states and every gradient against it.
+
+use rayon::prelude::*;
 
 use crate::fused::{
     attention_backward, attention_forward, gelu_backward, gelu_forward, gemm_into,
@@ -25,6 +28,7 @@ use crate::fused::{
 use super::TinyConfig;
 
 /// One block's weights, row-major as candle stores them (`[out, in]` for a projection).
+#[derive(Clone)]
 pub(super) struct BlockWeights {
     pub norm_attn: Vec<f32>,
     pub qkv: Vec<f32>,
@@ -35,6 +39,7 @@ pub(super) struct BlockWeights {
 }
 
 /// The trunk's weights, copied out of the model's variables for one pass.
+#[derive(Clone)]
 pub(super) struct TrunkWeights {
     pub tok_emb: Vec<f32>,
     pub pos_emb: Vec<f32>,
@@ -78,19 +83,6 @@ struct Scratch {
     d_qkv: Vec<f32>,
 }
 
-/// A forward pass's saved activations (enough to compute every trunk gradient) and the
-/// backward pass's buffers. A tape is handed back to the next forward pass, which refills its
-/// buffers in place: one allocation per shape (as llm.c does), not one per op and step, and no
-/// zeroing of buffers every kernel overwrites anyway.
-#[derive(Default)]
-pub(super) struct Tape {
-    ids: Vec<u32>,
-    batch: usize,
-    seq: usize,
-    blocks: Vec<BlockTape>,
-    scratch: Scratch,
-}
-
 /// `buf` resized to `len` elements, as a slice to overwrite: what it held before is stale,
 /// and only growth is zeroed.
 fn fit(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
@@ -108,7 +100,7 @@ fn project(y: &mut [f32], x: &[f32], w: &[f32], rows: usize, out: usize, accumul
         Operand::rows(x, inp),
         Operand::transposed(w, inp),
         accumulate,
-        true,
+        false,
     );
 }
 
@@ -130,7 +122,7 @@ fn project_backward(
         Operand::rows(dy, out),
         Operand::rows(w, inp),
         false,
-        true,
+        false,
     );
     gemm_into(
         dw,
@@ -139,8 +131,52 @@ fn project_backward(
         Operand::transposed(dy, out),
         Operand::rows(x, inp),
         false,
-        true,
+        false,
     );
+}
+
+/// A forward pass's saved activations (enough to compute every trunk gradient) and the
+/// backward pass's buffers, one [`ShardTape`] per shard of the batch. A tape is handed back to
+/// the next forward pass, which refills its buffers in place: one allocation per shape (as
+/// llm.c does), not one per op and step, and no zeroing of buffers every kernel overwrites
+/// anyway.
+#[derive(Default)]
+pub(super) struct Tape {
+    seq: usize,
+    shards: Vec<ShardTape>,
+}
+
+/// One shard's part of a [`Tape`]: its sequences' ids, activations, working buffers, and the
+/// gradients its backward pass wrote.
+#[derive(Default)]
+struct ShardTape {
+    ids: Vec<u32>,
+    /// Sequences in this shard.
+    batch: usize,
+    blocks: Vec<BlockTape>,
+    scratch: Scratch,
+    grads: Option<TrunkGrads>,
+}
+
+/// The batch's sequences are split into at most this many shards, each run start to finish
+/// on one thread (forward, then backward), with the shards' weight gradients summed in shard
+/// order at the end.
+///
+/// Why shards and not a parallel split of every op: on TinyAgent's shapes each op is a few
+/// hundred microseconds, so splitting each one over the pool put a fork, a join and a thread
+/// wake-up between every two kernels (rayon's sleep and wake-up were about 8% of a step,
+/// `perf`); a shard's activations also stay in the core's own cache from op to op. The count
+/// is fixed, not the thread count, so the gradients' summation order, and with it the result,
+/// does not depend on how many threads run the shards.
+const SHARDS: usize = 8;
+
+/// The number of sequences in each shard of a batch of `batch`: as even as possible, the
+/// larger shards first.
+fn shard_sizes(batch: usize) -> Vec<usize> {
+    let n = SHARDS.min(batch).max(1);
+    (0..n)
+        .map(|i| batch / n + usize::from(i < batch % n))
+        .collect()
 }
 
 /// The trunk over `ids` (`[batch, seq]` row-major, positions `0..seq` in every row): returns the
@@ -154,62 +190,92 @@ pub(super) fn forward(
     reuse: Option<Tape>,
 ) -> (Vec<f32>, Tape) {
     let d = cfg.d_model;
-    let hidden = cfg.mlp_ratio * d;
-    let rows = batch * seq;
-    let eps = cfg.rms_eps as f32;
-    let scale = 1.0 / (cfg.head_dim() as f32).sqrt();
     let mut tape = reuse.unwrap_or_default();
-    tape.ids.clear();
-    tape.ids.extend_from_slice(ids);
-    (tape.batch, tape.seq) = (batch, seq);
-    tape.blocks
-        .resize_with(weights.blocks.len(), BlockTape::default);
-    let mut x = vec![0f32; rows * d];
-    for (row, (xr, &id)) in x.chunks_exact_mut(d).zip(ids).enumerate() {
-        let tok = &weights.tok_emb[id as usize * d..][..d];
-        let pos = &weights.pos_emb[(row % seq) * d..][..d];
-        for ((o, &a), &b) in xr.iter_mut().zip(tok).zip(pos) {
-            *o = a + b;
-        }
+    tape.seq = seq;
+    let sizes = shard_sizes(batch);
+    tape.shards.resize_with(sizes.len(), ShardTape::default);
+    let mut x = vec![0f32; batch * seq * d];
+    let mut jobs = Vec::with_capacity(sizes.len());
+    let (mut x_rest, mut ids_rest) = (&mut x[..], ids);
+    for (shard, &n) in tape.shards.iter_mut().zip(&sizes) {
+        let (x_shard, x_next) = x_rest.split_at_mut(n * seq * d);
+        let (ids_shard, ids_next) = ids_rest.split_at(n * seq);
+        (x_rest, ids_rest) = (x_next, ids_next);
+        jobs.push((shard, x_shard, ids_shard, n));
     }
-    for (w, t) in weights.blocks.iter().zip(&mut tape.blocks) {
-        t.x_in.clear();
-        t.x_in.extend_from_slice(&x);
-        rms_norm_forward(&x, &w.norm_attn, eps, fit(&mut t.normed_attn, rows * d));
-        let qkv = fit(&mut t.qkv, rows * 3 * d);
-        project(qkv, &t.normed_attn, &w.qkv, rows, 3 * d, false);
-        attention_forward(
-            &t.qkv,
-            (batch, seq, d),
-            cfg.n_heads,
-            scale,
-            fit(&mut t.ctx, rows * d),
-            Some(fit(&mut t.probs, batch * cfg.n_heads * seq * seq)),
-        );
-        project(&mut x, &t.ctx, &w.attn_out, rows, d, true);
-        t.x_mid.clear();
-        t.x_mid.extend_from_slice(&x);
-        rms_norm_forward(&x, &w.norm_mlp, eps, fit(&mut t.normed_mlp, rows * d));
-        let up = fit(&mut t.up, rows * hidden);
-        project(up, &t.normed_mlp, &w.mlp_up, rows, hidden, false);
-        gelu_forward(&t.up, fit(&mut t.act, rows * hidden));
-        project(&mut x, &t.act, &w.mlp_down, rows, d, true);
-    }
+    jobs.into_par_iter()
+        .for_each(|(shard, x_shard, ids_shard, n)| {
+            shard.forward(weights, cfg, ids_shard, (n, seq), x_shard);
+        });
     (x, tape)
 }
 
-impl Tape {
-    /// Every trunk weight's gradient, given the gradient of the forward pass's output
-    /// `d_out [batch·seq, d]`.
-    pub(super) fn backward(
+impl ShardTape {
+    /// The trunk over this shard's `ids` (`[batch, seq]`) into `x` (`[batch·seq, d]`, every
+    /// element written), on the calling thread, keeping what the backward pass reads.
+    fn forward(
         &mut self,
         weights: &TrunkWeights,
         cfg: &TinyConfig,
-        d_out: &[f32],
-    ) -> TrunkGrads {
+        ids: &[u32],
+        (batch, seq): (usize, usize),
+        x: &mut [f32],
+    ) {
         let d = cfg.d_model;
         let hidden = cfg.mlp_ratio * d;
-        let (batch, seq) = (self.batch, self.seq);
+        let rows = batch * seq;
+        let eps = cfg.rms_eps as f32;
+        let scale = 1.0 / (cfg.head_dim() as f32).sqrt();
+        self.ids.clear();
+        self.ids.extend_from_slice(ids);
+        self.batch = batch;
+        self.blocks
+            .resize_with(weights.blocks.len(), BlockTape::default);
+        for (row, (xr, &id)) in x.chunks_exact_mut(d).zip(ids).enumerate() {
+            let tok = &weights.tok_emb[id as usize * d..][..d];
+            let pos = &weights.pos_emb[(row % seq) * d..][..d];
+            for ((o, &a), &b) in xr.iter_mut().zip(tok).zip(pos) {
+                *o = a + b;
+            }
+        }
+        for (w, t) in weights.blocks.iter().zip(&mut self.blocks) {
+            t.x_in.clear();
+            t.x_in.extend_from_slice(x);
+            rms_norm_forward(
+                x,
+                &w.norm_attn,
+                eps,
+                fit(&mut t.normed_attn, rows * d),
+                false,
+            );
+            let qkv = fit(&mut t.qkv, rows * 3 * d);
+            project(qkv, &t.normed_attn, &w.qkv, rows, 3 * d, false);
+            attention_forward(
+                &t.qkv,
+                (batch, seq, d),
+                cfg.n_heads,
+                scale,
+                fit(&mut t.ctx, rows * d),
+                Some(fit(&mut t.probs, batch * cfg.n_heads * seq * seq)),
+                false,
+            );
+            project(x, &t.ctx, &w.attn_out, rows, d, true);
+            t.x_mid.clear();
+            t.x_mid.extend_from_slice(x);
+            rms_norm_forward(x, &w.norm_mlp, eps, fit(&mut t.normed_mlp, rows * d), false);
+            let up = fit(&mut t.up, rows * hidden);
+            project(up, &t.normed_mlp, &w.mlp_up, rows, hidden, false);
+            gelu_forward(&t.up, fit(&mut t.act, rows * hidden), false);
+            project(x, &t.act, &w.mlp_down, rows, d, true);
+        }
+    }
+
+    /// This shard's part of every trunk weight's gradient, given the gradient of its forward
+    /// output `d_out [batch·seq, d]`, into `self.grads` (every element written).
+    fn backward(&mut self, weights: &TrunkWeights, cfg: &TinyConfig, seq: usize, d_out: &[f32]) {
+        let d = cfg.d_model;
+        let hidden = cfg.mlp_ratio * d;
+        let batch = self.batch;
         let rows = batch * seq;
         let eps = cfg.rms_eps as f32;
         let scale = 1.0 / (cfg.head_dim() as f32).sqrt();
@@ -222,16 +288,14 @@ impl Tape {
         fit(&mut s.d_norm_in, rows * d);
         fit(&mut s.d_ctx, rows * d);
         fit(&mut s.d_qkv, rows * 3 * d);
-        let mut grads: Vec<BlockWeights> = Vec::with_capacity(weights.blocks.len());
-        for (w, t) in weights.blocks.iter().zip(&self.blocks).rev() {
-            let mut g = BlockWeights {
-                norm_attn: vec![0f32; d],
-                qkv: vec![0f32; w.qkv.len()],
-                attn_out: vec![0f32; w.attn_out.len()],
-                norm_mlp: vec![0f32; d],
-                mlp_up: vec![0f32; w.mlp_up.len()],
-                mlp_down: vec![0f32; w.mlp_down.len()],
-            };
+        let grads = self.grads.get_or_insert_with(|| zeros_like(weights));
+        for ((w, t), g) in weights
+            .blocks
+            .iter()
+            .zip(&self.blocks)
+            .zip(&mut grads.blocks)
+            .rev()
+        {
             // x_out = x_mid + gelu(norm(x_mid) W_upᵀ) W_downᵀ
             project_backward(
                 &mut s.d_act,
@@ -242,7 +306,7 @@ impl Tape {
                 rows,
                 d,
             );
-            gelu_backward(&t.up, &s.d_act, &mut s.d_up);
+            gelu_backward(&t.up, &s.d_act, &mut s.d_up, false);
             project_backward(
                 &mut s.d_normed,
                 &mut g.mlp_up,
@@ -259,6 +323,7 @@ impl Tape {
                 eps,
                 &mut s.d_norm_in,
                 &mut g.norm_mlp,
+                false,
             );
             add_into(&mut s.dx, &s.d_norm_in);
             // x_mid = x_in + attention(norm(x_in) W_qkvᵀ) W_outᵀ
@@ -279,6 +344,7 @@ impl Tape {
                 cfg.n_heads,
                 scale,
                 &mut s.d_qkv,
+                false,
             );
             project_backward(
                 &mut s.d_normed,
@@ -296,24 +362,85 @@ impl Tape {
                 eps,
                 &mut s.d_norm_in,
                 &mut g.norm_attn,
+                false,
             );
             add_into(&mut s.dx, &s.d_norm_in);
-            grads.push(g);
         }
-        grads.reverse();
         // The embeddings: each position's gradient lands on its token's row and its
         // position's row, summed in row order so the result does not depend on scheduling.
-        let mut tok_emb = vec![0f32; weights.tok_emb.len()];
-        let mut pos_emb = vec![0f32; weights.pos_emb.len()];
+        grads.tok_emb.fill(0.0);
+        grads.pos_emb.fill(0.0);
         for (row, (g, &id)) in s.dx.chunks_exact(d).zip(&self.ids).enumerate() {
-            add_into(&mut tok_emb[id as usize * d..][..d], g);
-            add_into(&mut pos_emb[(row % seq) * d..][..d], g);
+            add_into(&mut grads.tok_emb[id as usize * d..][..d], g);
+            add_into(&mut grads.pos_emb[(row % seq) * d..][..d], g);
         }
-        TrunkGrads {
-            tok_emb,
-            pos_emb,
-            blocks: grads,
+    }
+}
+
+impl Tape {
+    /// Every trunk weight's gradient, given the gradient of the forward pass's output
+    /// `d_out [batch·seq, d]`: each shard's backward pass on its own thread, then the shards'
+    /// gradients summed in shard order.
+    pub(super) fn backward(
+        &mut self,
+        weights: &TrunkWeights,
+        cfg: &TinyConfig,
+        d_out: &[f32],
+    ) -> TrunkGrads {
+        let (seq, d) = (self.seq, cfg.d_model);
+        let mut jobs = Vec::with_capacity(self.shards.len());
+        let mut rest = d_out;
+        for shard in &mut self.shards {
+            let (mine, next) = rest.split_at(shard.batch * seq * d);
+            rest = next;
+            jobs.push((shard, mine));
         }
+        jobs.into_par_iter()
+            .for_each(|(shard, d_shard)| shard.backward(weights, cfg, seq, d_shard));
+        let mut shards = self.shards.iter().filter_map(|shard| shard.grads.as_ref());
+        let mut total = match shards.next() {
+            Some(first) => first.clone(),
+            None => zeros_like(weights),
+        };
+        for grads in shards {
+            add_grads(&mut total, grads);
+        }
+        total
+    }
+}
+
+/// Buffers shaped as `weights`, zeroed.
+fn zeros_like(weights: &TrunkWeights) -> TrunkGrads {
+    let zeros = |v: &Vec<f32>| vec![0f32; v.len()];
+    TrunkWeights {
+        tok_emb: zeros(&weights.tok_emb),
+        pos_emb: zeros(&weights.pos_emb),
+        blocks: weights
+            .blocks
+            .iter()
+            .map(|b| BlockWeights {
+                norm_attn: zeros(&b.norm_attn),
+                qkv: zeros(&b.qkv),
+                attn_out: zeros(&b.attn_out),
+                norm_mlp: zeros(&b.norm_mlp),
+                mlp_up: zeros(&b.mlp_up),
+                mlp_down: zeros(&b.mlp_down),
+            })
+            .collect(),
+    }
+}
+
+/// `acc += g`, buffer by buffer.
+fn add_grads(acc: &mut TrunkGrads, g: &TrunkGrads) {
+    add_into(&mut acc.tok_emb, &g.tok_emb);
+    add_into(&mut acc.pos_emb, &g.pos_emb);
+    for (a, b) in acc.blocks.iter_mut().zip(&g.blocks) {
+        add_into(&mut a.norm_attn, &b.norm_attn);
+        add_into(&mut a.qkv, &b.qkv);
+        add_into(&mut a.attn_out, &b.attn_out);
+        add_into(&mut a.norm_mlp, &b.norm_mlp);
+        add_into(&mut a.mlp_up, &b.mlp_up);
+        add_into(&mut a.mlp_down, &b.mlp_down);
     }
 }
 

@@ -1,7 +1,9 @@
 //! TinyAgent's explicit trunk (`TinyAgent::forward_at_for_update`, the update's fast path) against
 //! candle's autograd, the oracle: the same logits and values, and the same gradient for every
 //! weight, at f32 tolerance, with and without the pointer head (whose span encoding runs the
-//! blocks inside candle's graph, so a trunk weight's gradient comes from both sides).
+//! blocks inside candle's graph, so a trunk weight's gradient comes from both sides), on
+//! batches of one shard per row and of uneven shards; and the same gradients, bit for bit, on
+//! any number of threads.
 
 use candle_core::{Device, Tensor, D};
 
@@ -33,6 +35,16 @@ fn batch() -> Tensor {
     let third: Vec<u32> = (0..40).map(|i| ((i * i + 3) % 29) as u32).collect();
     let flat: Vec<u32> = [first, second, third].concat();
     Tensor::from_vec(flat, (3, 40), &Device::Cpu).unwrap()
+}
+
+/// Eleven rows of 40 tokens (the trunk splits them into shards of two and one): [`batch`]'s
+/// three, then others.
+fn wide_batch() -> Tensor {
+    let extra: Vec<u32> = (0..8 * 40)
+        .map(|i| ((i * 11 + i / 40) % 29) as u32)
+        .collect();
+    let extra = Tensor::from_vec(extra, (8, 40), &Device::Cpu).unwrap();
+    Tensor::cat(&[&batch(), &extra], 0).unwrap()
 }
 
 /// The fast path at every position, reshaped back to `[B, T, ..]` like `forward`'s output.
@@ -83,9 +95,13 @@ fn assert_close(name: &str, a: &[f32], b: &[f32], rtol: f32) {
 
 #[test]
 fn the_explicit_trunk_matches_candle_autograd_in_output_and_every_gradient() {
-    for pointer in [false, true] {
+    for (pointer, ids) in [
+        (false, batch()),
+        (true, batch()),
+        (false, wide_batch()),
+        (true, wide_batch()),
+    ] {
         let model = TinyAgent::new(config(pointer), 11, &Device::Cpu).unwrap();
-        let ids = batch();
 
         let reference = model.forward(&ids).unwrap();
         let reference_grads = loss(&reference.logits, &reference.values)
@@ -132,6 +148,37 @@ fn the_explicit_trunk_matches_candle_autograd_in_output_and_every_gradient() {
                 1e-4,
             );
         }
+    }
+}
+
+#[test]
+fn the_gradients_do_not_depend_on_the_thread_count() {
+    let model = TinyAgent::new(config(true), 5, &Device::Cpu).unwrap();
+    let ids = wide_batch();
+    let gradients = |threads: usize| -> Vec<Vec<f32>> {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let ForUpdate { output, pending } = fast_forward(&model, &ids);
+            let mut grads = loss(&output.logits, output.values.as_ref().unwrap())
+                .backward()
+                .unwrap();
+            ForUpdate::complete(pending, &mut grads).unwrap();
+            model
+                .named_vars()
+                .iter()
+                .map(|(_, var)| flat(grads.get(var.as_tensor()).unwrap()))
+                .collect()
+        })
+    };
+    let one = gradients(1);
+    for threads in [2, 3] {
+        assert!(
+            gradients(threads) == one,
+            "{threads} threads changed a gradient"
+        );
     }
 }
 
