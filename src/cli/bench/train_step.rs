@@ -190,6 +190,15 @@ pub fn time_candle(shapes: &TrainStepShapes) -> anyhow::Result<CandleTiming> {
     })
 }
 
+/// FP32 FLOPs per cycle and core: two FMA units of the widest vectors the CPU has.
+fn flops_per_cycle() -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        return 64.0;
+    }
+    32.0
+}
+
 /// The CPU clock in GHz from the first `cpu MHz` line of `/proc/cpuinfo` (Linux only).
 fn cpu_clock_ghz() -> Option<f64> {
     let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
@@ -226,8 +235,9 @@ pub struct TrainStepReport {
     pub candle_gflops: f64,
     pub torch_gflops: Option<f64>,
     /// The FP32 peak of the cores used, in GFLOP/s, where the CPU's clock is known: cores ×
-    /// 32 FLOPs per cycle (two 8-lane fused multiply-add units, AVX2) × the clock
-    /// `/proc/cpuinfo` reports. A ceiling for context, not a measured figure.
+    /// FLOPs per cycle (two fused multiply-add units of 16 lanes with AVX-512, 8 with AVX2:
+    /// 64 or 32) × the clock `/proc/cpuinfo` reports. A ceiling for context, not a measured
+    /// figure (a core with one AVX-512 unit peaks at half).
     pub peak_gflops_estimate: Option<f64>,
     pub candle_threads: usize,
 }
@@ -250,7 +260,8 @@ pub fn run(json: bool) -> anyhow::Result<()> {
         torch_tokens_per_s: torch_ms.map(|t| tokens / (t / 1e3)),
         candle_gflops: step_gflop / (candle_ms / 1e3),
         torch_gflops: torch_ms.map(|t| step_gflop / (t / 1e3)),
-        peak_gflops_estimate: cpu_clock_ghz().map(|ghz| candle_threads as f64 * 32.0 * ghz),
+        peak_gflops_estimate: cpu_clock_ghz()
+            .map(|ghz| candle_threads as f64 * flops_per_cycle() * ghz),
         shapes,
         parameters,
         candle_ms,
