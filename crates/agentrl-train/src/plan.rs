@@ -43,6 +43,12 @@ const VOCAB_ROWS: f64 = 11.0;
 /// More rows when the entropy bonus is trained (`entropy_coef != 0`): its softmax,
 /// log-softmax and product stay in the graph, with their gradients.
 const VOCAB_ROWS_ENTROPY_BONUS: f64 = 5.0;
+/// [`VOCAB_ROWS`] where the update scores f32 logits on the CPU, through the fused log-prob and
+/// entropy op (`agentrl_model::fused::log_prob_and_entropy`, `update/score.rs`): the logits,
+/// their gradient and the transients of the head's matmul; the entropy comes from the same
+/// pass, so the bonus adds no rows. Set to what `tests/plan_memory.rs` measures on a tiny
+/// Qwen3 with f32 weights (651.5 MB in all: about 6.0 rows).
+const VOCAB_ROWS_FUSED: f64 = 6.0;
 /// TinyAgent's explicit trunk, per token and layer: the block's input, both norms' outputs,
 /// the QKV projection (three), the attention output and the residual after it (hidden-size
 /// rows); the MLP's up projection and its GELU (MLP-size rows); and the attention
@@ -243,8 +249,14 @@ impl StepPlan {
         let (h, mlp, layers) = (shape.hidden as f64, shape.mlp as f64, shape.layers as f64);
         let per_token_layer = SAVED_HIDDEN_PER_LAYER * h + SAVED_MLP_PER_LAYER * mlp;
         let microbatch_tokens = (per_microbatch * tokens) as f64;
-        let mut vocab_rows = VOCAB_ROWS;
-        if knobs.entropy_coef != 0.0 {
+        // f32 weights give f32 logits, which the CPU scores through the fused op.
+        let fused_scoring = shape.weight_bytes == 4;
+        let mut vocab_rows = if fused_scoring {
+            VOCAB_ROWS_FUSED
+        } else {
+            VOCAB_ROWS
+        };
+        if knobs.entropy_coef != 0.0 && !fused_scoring {
             vocab_rows += VOCAB_ROWS_ENTROPY_BONUS;
         }
         if shape.grammar_bias {
