@@ -20,7 +20,7 @@ use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape
 use rayon::prelude::*;
 
 use super::exp::exp;
-use super::{f32_data, for_rows, lane_max, lane_sum, u32_data, with_simd};
+use super::{check_targets, f32_data, for_rows, lane_max, lane_sum, u32_data, with_simd};
 
 /// One row's softmax statistics: the row max, `ln Σ exp(z − max)`, and the entropy.
 struct RowStats {
@@ -118,16 +118,6 @@ impl CustomOp2 for LogProbEntropy {
         let d_logits = logits.apply_op3_no_bwd(targets, &grad_and_res, &LogProbEntropyBackward)?;
         Ok((Some(d_logits), None))
     }
-}
-
-fn check_targets(op: &str, targets: &[u32], n: usize, v: usize) -> Result<()> {
-    if targets.len() != n {
-        candle_core::bail!("{op}: {n} rows but {} targets", targets.len());
-    }
-    if let Some(&bad) = targets.iter().find(|&&t| t as usize >= v) {
-        candle_core::bail!("{op}: target {bad} out of vocabulary {v}");
-    }
-    Ok(())
 }
 
 /// `d z_v = g_lp · (1[v = t] − π(v)) − g_H · π(v) (log π(v) + H)`, from `[N, 6]`: the upstream

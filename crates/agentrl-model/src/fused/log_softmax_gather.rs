@@ -15,7 +15,7 @@ use candle_core::{CpuStorage, CustomOp2, CustomOp3, DType, Layout, Result, Shape
 use rayon::prelude::*;
 
 use super::exp::exp;
-use super::{f32_data, for_rows, lane_max, lane_sum, u32_data, with_simd};
+use super::{check_targets, f32_data, for_rows, lane_max, lane_sum, u32_data, with_simd};
 
 struct LogSoftmaxGather;
 
@@ -34,12 +34,7 @@ impl CustomOp2 for LogSoftmaxGather {
         let logits = f32_data(self.name(), s1, l1)?;
         let targets = u32_data(self.name(), s2, l2)?;
         let (n, v) = l1.shape().dims2()?;
-        if targets.len() != n {
-            candle_core::bail!("log-softmax-gather: {n} rows but {} targets", targets.len());
-        }
-        if let Some(&bad) = targets.iter().find(|&&t| t as usize >= v) {
-            candle_core::bail!("log-softmax-gather: target {bad} out of vocabulary {v}");
-        }
+        check_targets(self.name(), targets, n, v)?;
         let out: Vec<f32> = (0..n)
             .into_par_iter()
             .with_min_len(64)

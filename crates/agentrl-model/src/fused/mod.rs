@@ -90,6 +90,18 @@ fn u32_data<'a>(op: &str, storage: &'a CpuStorage, layout: &Layout) -> Result<&'
     }
 }
 
+/// `targets` holds one id per row of `[n, v]` logits, each inside the vocabulary; else an error
+/// naming `op`.
+fn check_targets(op: &str, targets: &[u32], n: usize, v: usize) -> Result<()> {
+    if targets.len() != n {
+        candle_core::bail!("{op}: {n} rows but {} targets", targets.len());
+    }
+    if let Some(&bad) = targets.iter().find(|&&t| t as usize >= v) {
+        candle_core::bail!("{op}: target {bad} out of vocabulary {v}");
+    }
+    Ok(())
+}
+
 /// Runs `f` in a function compiled for AVX-512 (else AVX2) where the CPU has it, so the loops
 /// `f` inlines vectorise 16 (8) lanes wide instead of the default x86-64 target's 4 (SSE2).
 /// The kernels use no fused multiply-adds and keep their partial sums explicit, so the results

@@ -602,18 +602,9 @@ impl PendingGradients for PendingTrunk {
         let Some(tape) = self.tape.as_mut() else {
             anyhow::bail!("TinyAgent: the trunk's tape was already used");
         };
-        let g = tape.backward(&self.weights, &self.cfg, &d_out);
-        let mut flat = vec![g.tok_emb, g.pos_emb];
-        for block in g.blocks {
-            flat.extend([
-                block.norm_attn,
-                block.qkv,
-                block.attn_out,
-                block.norm_mlp,
-                block.mlp_up,
-                block.mlp_down,
-            ]);
-        }
+        let flat = tape
+            .backward(&self.weights, &self.cfg, &d_out)
+            .into_buffers();
         for (param, grad) in self.params.iter().zip(flat) {
             let grad = Tensor::from_vec(grad, param.shape(), param.device())?;
             // The pointer head runs candidate spans through the blocks inside candle's graph,

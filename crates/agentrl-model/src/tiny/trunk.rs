@@ -46,6 +46,57 @@ pub(super) struct TrunkWeights {
     pub blocks: Vec<BlockWeights>,
 }
 
+impl TrunkWeights {
+    /// Every buffer, in the order of `TinyAgent::trunk_params`: the two embeddings, then each
+    /// block's norm, QKV, output, norm, up and down projections.
+    pub(super) fn into_buffers(self) -> Vec<Vec<f32>> {
+        let mut buffers = vec![self.tok_emb, self.pos_emb];
+        for b in self.blocks {
+            buffers.extend([
+                b.norm_attn,
+                b.qkv,
+                b.attn_out,
+                b.norm_mlp,
+                b.mlp_up,
+                b.mlp_down,
+            ]);
+        }
+        buffers
+    }
+
+    /// [`TrunkWeights::into_buffers`]'s buffers, borrowed, in the same order.
+    fn buffers(&self) -> impl Iterator<Item = &Vec<f32>> {
+        [&self.tok_emb, &self.pos_emb]
+            .into_iter()
+            .chain(self.blocks.iter().flat_map(|b| {
+                [
+                    &b.norm_attn,
+                    &b.qkv,
+                    &b.attn_out,
+                    &b.norm_mlp,
+                    &b.mlp_up,
+                    &b.mlp_down,
+                ]
+            }))
+    }
+
+    /// [`TrunkWeights::into_buffers`]'s buffers, borrowed mutably, in the same order.
+    fn buffers_mut(&mut self) -> impl Iterator<Item = &mut Vec<f32>> {
+        [&mut self.tok_emb, &mut self.pos_emb]
+            .into_iter()
+            .chain(self.blocks.iter_mut().flat_map(|b| {
+                [
+                    &mut b.norm_attn,
+                    &mut b.qkv,
+                    &mut b.attn_out,
+                    &mut b.norm_mlp,
+                    &mut b.mlp_up,
+                    &mut b.mlp_down,
+                ]
+            }))
+    }
+}
+
 /// The trunk weights' gradients, shaped as [`TrunkWeights`].
 pub(super) type TrunkGrads = TrunkWeights;
 
@@ -411,36 +462,15 @@ impl Tape {
 
 /// Buffers shaped as `weights`, zeroed.
 fn zeros_like(weights: &TrunkWeights) -> TrunkGrads {
-    let zeros = |v: &Vec<f32>| vec![0f32; v.len()];
-    TrunkWeights {
-        tok_emb: zeros(&weights.tok_emb),
-        pos_emb: zeros(&weights.pos_emb),
-        blocks: weights
-            .blocks
-            .iter()
-            .map(|b| BlockWeights {
-                norm_attn: zeros(&b.norm_attn),
-                qkv: zeros(&b.qkv),
-                attn_out: zeros(&b.attn_out),
-                norm_mlp: zeros(&b.norm_mlp),
-                mlp_up: zeros(&b.mlp_up),
-                mlp_down: zeros(&b.mlp_down),
-            })
-            .collect(),
-    }
+    let mut zeros = weights.clone();
+    zeros.buffers_mut().for_each(|buffer| buffer.fill(0.0));
+    zeros
 }
 
 /// `acc += g`, buffer by buffer.
 fn add_grads(acc: &mut TrunkGrads, g: &TrunkGrads) {
-    add_into(&mut acc.tok_emb, &g.tok_emb);
-    add_into(&mut acc.pos_emb, &g.pos_emb);
-    for (a, b) in acc.blocks.iter_mut().zip(&g.blocks) {
-        add_into(&mut a.norm_attn, &b.norm_attn);
-        add_into(&mut a.qkv, &b.qkv);
-        add_into(&mut a.attn_out, &b.attn_out);
-        add_into(&mut a.norm_mlp, &b.norm_mlp);
-        add_into(&mut a.mlp_up, &b.mlp_up);
-        add_into(&mut a.mlp_down, &b.mlp_down);
+    for (a, b) in acc.buffers_mut().zip(g.buffers()) {
+        add_into(a, b);
     }
 }
 
