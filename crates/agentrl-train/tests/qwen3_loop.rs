@@ -258,9 +258,16 @@ fn warm_up_then_grpo_raises_the_valid_tool_call_rate_and_the_reward() -> anyhow:
 /// SFT (`agentrl sft`'s recipe) on the gym expert's Qwen3 chat episodes (issue 15): whole
 /// multi-turn conversations with real `<tool_call>` JSON (candidate edits: the free-form diffs
 /// run past the 40-token action cap), the loss on the assistant turns only. The untrained
-/// model writes no valid call; 40 SFT steps make a clear share of its sampled turns valid.
+/// model writes no valid call; 60 SFT steps make a clear share of its sampled turns valid.
 /// Measured on 32 fresh episodes of the two train tasks before and after, over two seeds (the
 /// untrained policy, the same for both, once: [`Untrained`]).
+///
+/// Why 60 steps: after 40 (loss about 0.45) the sampled valid-call rate was bimodal across
+/// seeds and flipped with float rounding alone: seeds 0–5 gave 0.34, 0.03, 0.07, 0.07, 0.46,
+/// 0.30 with the update's fused log-prob op and 0.32, 0.14, 0.08, 0.54, 0.40, 0.30 with
+/// candle's composed ops (the same function; seed 3 went 0.07 ↔ 0.54). After 60 (loss about
+/// 0.2) the same six seeds gave 0.63, 0.40, 0.62, 0.48, 0.56, 0.25: every one clears the
+/// margin.
 #[test]
 fn sft_on_expert_chat_episodes_raises_the_valid_tool_call_rate() -> anyhow::Result<()> {
     let tmp = tempfile::tempdir()?;
@@ -275,7 +282,7 @@ fn sft_on_expert_chat_episodes_raises_the_valid_tool_call_rate() -> anyhow::Resu
             "rollout.max_turns=3",
             "sft.edit_forms=[\"candidate\"]",
             "train.format_warmup_steps=0",
-            "train.steps=40",
+            "train.steps=60",
         ]));
         let (mut trainer, _) = Trainer::create(qwen3_config(tmp.path(), model, &sets)?)?;
         let untrained = Untrained::of(&mut untrained_once, &mut trainer, 400 + seed)?;
@@ -297,9 +304,9 @@ fn sft_on_expert_chat_episodes_raises_the_valid_tool_call_rate() -> anyhow::Resu
             losses[0],
             losses[losses.len() - 1]
         );
-        assert_eq!(losses.len(), 40);
+        assert_eq!(losses.len(), 60);
         assert!(
-            losses[39] < 0.5 * losses[0],
+            losses[59] < 0.5 * losses[0],
             "the SFT loss fell: {losses:?}"
         );
         assert!(
