@@ -28,8 +28,7 @@
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use agentrl_model::{ConstrainedPolicy, KvCache, Policy, TinyAgent};
-use candle_core::Tensor;
+use agentrl_model::{ConstrainedPolicy, DecodeCache, Policy, TinyAgent};
 
 use crate::sampling::sample_token_as;
 use crate::{
@@ -61,45 +60,21 @@ pub trait Decoder {
 }
 
 impl Decoder for TinyAgent {
-    type Cache = KvCache;
+    type Cache = DecodeCache;
 
-    fn new_cache(&self, rows: usize) -> KvCache {
-        KvCache::new(self.config(), rows)
+    fn new_cache(&self, rows: usize) -> DecodeCache {
+        self.new_decode_cache(rows)
     }
 
     fn decode(
         &self,
         rows: &[&[u32]],
-        cache: &mut KvCache,
+        cache: &mut DecodeCache,
     ) -> anyhow::Result<Vec<Option<Vec<f32>>>> {
-        let out = self.forward_step_ragged(rows, cache)?;
-        let (b, n, v) = out.logits.dims3()?;
-        // Gather each row's last fed position before copying to the host: prefill chunks can
-        // be long, and only one position per row is sampled from.
-        let wanted: Vec<(usize, u32)> = rows
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| !r.is_empty())
-            .map(|(row, r)| (row, (row * n + r.len() - 1) as u32))
-            .collect();
-        let index = Tensor::from_vec(
-            wanted.iter().map(|&(_, i)| i).collect::<Vec<_>>(),
-            wanted.len(),
-            out.logits.device(),
-        )?;
-        let picked = out
-            .logits
-            .reshape((b * n, v))?
-            .index_select(&index, 0)?
-            .to_vec2::<f32>()?;
-        let mut result = vec![None; b];
-        for ((row, _), logits) in wanted.into_iter().zip(picked) {
-            result[row] = Some(logits);
-        }
-        Ok(result)
+        Ok(self.decode_last(rows, cache)?)
     }
 
-    fn retain_rows(&self, cache: &mut KvCache, keep: &[usize]) -> anyhow::Result<()> {
+    fn retain_rows(&self, cache: &mut DecodeCache, keep: &[usize]) -> anyhow::Result<()> {
         Ok(cache.retain_rows(keep)?)
     }
 

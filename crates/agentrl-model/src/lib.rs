@@ -20,4 +20,4 @@ pub mod weights;
 pub use constrained::{ConstrainedPolicy, LogitBias};
 pub use device::best_device;
 pub use policy::{ForUpdate, PendingGradients, Policy, PolicyOutput};
-pub use tiny::{KvCache, TinyAgent, TinyConfig, TinyOutput};
+pub use tiny::{DecodeCache, KvCache, TinyAgent, TinyConfig, TinyOutput};

@@ -31,7 +31,9 @@
 //! The attention, GELU and RMSNorm kernels also work on plain slices (`attention_forward`,
 //! `gelu_forward`, `rms_norm_forward` and their backward passes), which TinyAgent's explicit
 //! trunk (`crate::tiny`, `trunk.rs`) composes with `gemm_into`; the candle ops above call the
-//! same functions, so there is one kernel per op.
+//! same functions, so there is one kernel per op. TinyAgent's explicit decoding (`decode.rs`)
+//! composes the same forward kernels with `cached_attention`'s `SequenceKv`: one sequence's
+//! keys and values, and attention of a new token over them.
 //!
 //! One file per op; this file holds the shared plumbing (input access, row parallelism, the
 //! one GEMM entry point).
@@ -40,6 +42,7 @@ use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, Layout, Result};
 use rayon::prelude::*;
 
+mod cached_attention;
 mod causal_attention;
 mod causal_softmax;
 mod exp;
@@ -63,6 +66,7 @@ pub use exp::exp;
 pub use log_softmax_gather::composed as composed_log_softmax_gather;
 
 // The same kernels on plain slices, for TinyAgent's trunk (`crate::tiny`'s training forward).
+pub(crate) use cached_attention::SequenceKv;
 pub(crate) use causal_attention::{attention_backward, attention_forward};
 pub(crate) use gelu::{gelu_backward, gelu_forward};
 pub(crate) use rms_norm::{rms_norm_backward, rms_norm_forward};

@@ -1,10 +1,10 @@
 //! TinyAgent: a small causal transformer policy with a value head, in candle.
 //!
 //! Data flow: the tiny renderer (`agentrl-chat`'s `tiny` module) turns gym observations into symbol ids;
-//! the local engine (`agentrl-engine`) samples action tokens from [`TinyAgent::forward_step`]
-//! with a [`KvCache`]; the trainer recomputes log-probs and values with [`TinyAgent::forward`]
-//! over the exact sampled tokens. Both paths share the same block code, so their log-probs agree
-//! to float rounding.
+//! the local engine (`agentrl-engine`) samples action tokens from [`TinyAgent::decode_last`]
+//! with a [`DecodeCache`]; the trainer recomputes log-probs and values with
+//! [`TinyAgent::forward`] over the exact sampled tokens. Both paths compute the same function
+//! with the same kernels, so their log-probs agree to float rounding (the tests tie them).
 //!
 //! Architecture: token embedding + learned positions, `n_layers` pre-norm blocks (RMSNorm,
 //! causal multi-head self-attention, GELU MLP), a final RMSNorm, an LM head and a value head
@@ -42,8 +42,10 @@
 //! CPU RNG cannot be seeded), so the same seed always gives the same model.
 //!
 //! Layout: `config.rs` ([`TinyConfig`], the shape), `block.rs` (one transformer block),
-//! `cache.rs` ([`KvCache`], the decoding state), `pointer.rs` (the pointer head), `trunk.rs`
-//! (the training forward's explicit trunk and its backward pass); this file
+//! `cache.rs` ([`KvCache`], candle's decoding state), `decode.rs` ([`DecodeCache`] and
+//! [`TinyAgent::decode_last`], decoding as explicit loops: what the local engine calls),
+//! `pointer.rs` (the pointer head), `trunk.rs` (the training forward's explicit trunk and its
+//! backward pass); this file
 //! holds the model itself: weights, initialisation, save/load and the two forward paths.
 
 use std::collections::BTreeMap;
@@ -63,6 +65,7 @@ use crate::policy::{ForUpdate, PendingGradients, Policy, PolicyOutput};
 mod block;
 mod cache;
 mod config;
+mod decode;
 mod pointer;
 mod trunk;
 
@@ -73,6 +76,7 @@ pub use pointer::SpanScan;
 
 pub use cache::KvCache;
 pub use config::TinyConfig;
+pub use decode::DecodeCache;
 
 /// What TinyAgent's forward passes return: logits and the value head's estimates.
 #[derive(Debug, Clone)]
@@ -100,6 +104,11 @@ pub struct TinyAgent {
     /// The explicit trunk's last tape, handed back after its backward pass so the next
     /// training forward refills its buffers instead of allocating them.
     spare_tape: Arc<Mutex<Option<trunk::Tape>>>,
+    /// Working buffers of explicit decoding ([`TinyAgent::decode_last`]), one per chunk of
+    /// rows in flight, kept from one call to the next.
+    decode_scratch: decode::ScratchPool,
+    /// Key and value buffers of dropped decoding rows, for the next [`DecodeCache`].
+    kv_pool: Arc<decode::KvPool>,
 }
 
 impl TinyAgent {
@@ -225,6 +234,8 @@ impl TinyAgent {
             varmap,
             device: device.clone(),
             spare_tape: Arc::default(),
+            decode_scratch: Default::default(),
+            kv_pool: Arc::default(),
         })
     }
 

@@ -60,7 +60,7 @@ impl SpanScan {
     }
 
     /// Whether pointer logits apply at `position`.
-    fn applies_at(&self, position: usize) -> bool {
+    pub(super) fn applies_at(&self, position: usize) -> bool {
         self.segment_end.is_some_and(|end| position >= end)
     }
 }

@@ -136,13 +136,20 @@ struct Scratch {
 
 /// `buf` resized to `len` elements, as a slice to overwrite: what it held before is stale,
 /// and only growth is zeroed.
-fn fit(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
+pub(super) fn fit(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
     buf.resize(len, 0.0);
     buf
 }
 
 /// `y [N, out] = x [N, in] · Wᵀ` for a projection `W [out, in]`; `accumulate` adds to `y`.
-fn project(y: &mut [f32], x: &[f32], w: &[f32], rows: usize, out: usize, accumulate: bool) {
+pub(super) fn project(
+    y: &mut [f32],
+    x: &[f32],
+    w: &[f32],
+    rows: usize,
+    out: usize,
+    accumulate: bool,
+) {
     let inp = w.len() / out;
     gemm_into(
         y,

@@ -21,5 +21,6 @@ mod lora;
 mod qwen3;
 mod qwen3_ragged;
 mod tiny_agent;
+mod tiny_decode;
 mod tiny_trunk;
 mod weights;

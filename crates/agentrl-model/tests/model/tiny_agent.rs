@@ -6,7 +6,7 @@ use agentrl_model::tiny::SpanScan;
 use agentrl_model::{KvCache, TinyAgent, TinyConfig};
 use candle_core::{DType, Device, IndexOp, Tensor, D};
 
-fn small() -> TinyConfig {
+pub(crate) fn small() -> TinyConfig {
     TinyConfig {
         vocab_size: 23,
         d_model: 16,
@@ -21,7 +21,7 @@ fn small() -> TinyConfig {
 }
 
 /// `small()` with a pointer head over markers 13, 14, 15 and segment end 4.
-fn small_pointer() -> TinyConfig {
+pub(crate) fn small_pointer() -> TinyConfig {
     TinyConfig {
         pointer_markers: vec![13, 14, 15],
         pointer_segment_end: 4,
