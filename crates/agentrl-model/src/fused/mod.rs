@@ -19,6 +19,8 @@
 //!   softmax in one pass: what an update's policy loss and entropy bonus read.
 //! * [`gelu`]: tanh-approximated GELU.
 //! * [`rms_norm`]: `x · rsqrt(mean(x²) + eps) · w` with gradients for `x` and `w`.
+//! * [`silu_mul`]: SwiGLU's `silu(gate) ⊙ up` in one pass, for Qwen3's inference forward only
+//!   (the one op here without a backward pass).
 //!
 //! Their softmaxes and GELU's sigmoid use [`exp::exp`], an inlined `exp` that lets those loops
 //! vectorise, and they run their loops compiled for AVX2 where the CPU has it (`with_simd`).
@@ -50,6 +52,7 @@ mod gelu;
 mod log_prob_entropy;
 mod log_softmax_gather;
 mod rms_norm;
+mod silu_mul;
 
 pub use causal_attention::causal_attention;
 pub use causal_softmax::causal_softmax;
@@ -57,6 +60,7 @@ pub use gelu::gelu;
 pub use log_prob_entropy::log_prob_and_entropy;
 pub use log_softmax_gather::log_softmax_gather;
 pub use rms_norm::rms_norm;
+pub use silu_mul::silu_mul;
 
 // Public for the integration tests (tests/model/fused_exp.rs).
 #[doc(hidden)]

@@ -259,7 +259,7 @@ impl Qwen3 {
         );
         let ids: Vec<u32> = rows.iter().flat_map(|r| r.iter().copied()).collect();
         let ids = Tensor::from_vec(ids, plan.fed, &self.device)?;
-        let mut hidden = self.embed_tokens.index_select(&ids, 0)?; // [N, H]
+        let mut hidden = self.embed(&ids)?; // [N, H]
         for (layer, slot) in self.layers.iter().zip(cache.layers.iter_mut()) {
             hidden = self.ragged_layer(layer, &hidden, &plan, slot, cache.slots)?;
         }

@@ -329,6 +329,45 @@ fn saved_model_folder_loads_back_identically() {
     assert_eq!(a, b);
 }
 
+/// A frozen model on the CPU keeps each matmul weight as a view of transposed storage (the
+/// layout the GEMM is fast in); a trainable one keeps HF's. Both compute the same log-probs,
+/// and the frozen one saves its weights in HF's layout, bit for bit what it loaded.
+#[test]
+fn frozen_weights_are_stored_for_the_matmul_and_saved_in_hf_layout() {
+    for name in ["gqa2_tied", "gqa4_untied_hd32"] {
+        let frozen = Qwen3::load(&fixture(name), &options(DType::F32, false)).unwrap();
+        let trainable = Qwen3::load(&fixture(name), &options(DType::F32, true)).unwrap();
+        let ids: Vec<u32> = (0..12u32).map(|i| (i * 37 + 5) % 512).collect();
+        for mode in [ForwardMode::Train, ForwardMode::Inference] {
+            let diff = max_abs_diff(
+                &logprobs(&frozen, &ids, mode),
+                &logprobs(&trainable, &ids, mode),
+            );
+            assert!(diff <= 1e-5, "{name} {mode:?}: {diff}");
+        }
+        let stored = |model: &Qwen3, weight: &str| {
+            model
+                .named_weights()
+                .into_iter()
+                .find(|(n, _)| n == weight)
+                .map(|(_, t)| t.is_contiguous())
+                .unwrap()
+        };
+        let q = "model.layers.0.self_attn.q_proj.weight";
+        assert!(!stored(&frozen, q) && stored(&trainable, q), "{name}");
+        let dir = tempfile::tempdir().unwrap();
+        frozen.save(dir.path()).unwrap();
+        let saved =
+            candle_core::safetensors::load(dir.path().join("model.safetensors"), &Device::Cpu)
+                .unwrap();
+        for (weight, original) in trainable.named_weights() {
+            let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            assert_eq!(saved[&weight].dims(), original.dims(), "{name} {weight}");
+            assert_eq!(flat(&saved[&weight]), flat(&original), "{name} {weight}");
+        }
+    }
+}
+
 #[test]
 fn wrong_shapes_and_missing_tensors_are_named_errors() {
     let dir = tempfile::tempdir().unwrap();
