@@ -9,7 +9,7 @@
 //! both sides. The figure is generated tokens per second of the whole call, prefill included.
 //! The model is the default TinyAgent (the train-step bench's shapes) with random weights,
 //! unconstrained (the action grammar's bias is TinyAgent-specific, and PyTorch has none). The
-//! engine decodes on the default run's `engine.threads` (one thread: see
+//! engine decodes on the default run's `engine.threads` (every compute thread: see
 //! `agentrl_engine::threads`); PyTorch is timed at 2 threads and at 1.
 
 use std::time::Instant;
