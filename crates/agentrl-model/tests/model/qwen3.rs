@@ -330,8 +330,9 @@ fn saved_model_folder_loads_back_identically() {
 }
 
 /// A frozen model on the CPU keeps each matmul weight as a view of transposed storage (the
-/// layout the GEMM is fast in); a trainable one keeps HF's. Both compute the same log-probs,
-/// and the frozen one saves its weights in HF's layout, bit for bit what it loaded.
+/// layout the GEMM is fast in); a trainable one keeps HF's. Both compute the same log-probs
+/// and the same LoRA gradients, and the frozen one saves its weights in HF's layout, bit for
+/// bit what it loaded.
 #[test]
 fn frozen_weights_are_stored_for_the_matmul_and_saved_in_hf_layout() {
     for name in ["gqa2_tied", "gqa4_untied_hd32"] {
@@ -353,6 +354,39 @@ fn frozen_weights_are_stored_for_the_matmul_and_saved_in_hf_layout() {
                 .map(|(_, t)| t.is_contiguous())
                 .unwrap()
         };
+        // LoRA's gradients through the frozen layout equal those through HF's (candle's
+        // autograd on both; only the base weights' storage differs).
+        let config = LoraConfig {
+            rank: 2,
+            alpha: 4.0,
+            target_modules: vec!["q_proj".into(), "down_proj".into()],
+        };
+        let (mut frozen_lora, mut hf_lora) = (frozen.clone(), trainable.clone());
+        frozen_lora.add_lora(&config, 7).unwrap();
+        hf_lora.add_lora(&config, 7).unwrap();
+        for (factor, var) in frozen_lora.lora_vars().iter().chain(&hf_lora.lora_vars()) {
+            if factor.contains("lora_B") {
+                // B starts at zero, which would leave A without a gradient.
+                let shape = var.shape().clone();
+                var.set(&Tensor::ones(shape, DType::F32, &Device::Cpu).unwrap())
+                    .unwrap();
+            }
+        }
+        let grads_frozen = loss_of(&frozen_lora, &ids).backward().unwrap();
+        let grads_hf = loss_of(&hf_lora, &ids).backward().unwrap();
+        for ((lora, a), (_, b)) in frozen_lora.lora_vars().iter().zip(&hf_lora.lora_vars()) {
+            let grad = |grads: &candle_core::backprop::GradStore, var: &Var| -> Vec<f32> {
+                let grad = grads.get(var.as_tensor()).unwrap();
+                grad.flatten_all().unwrap().to_vec1().unwrap()
+            };
+            let (ga, gb) = (grad(&grads_frozen, a), grad(&grads_hf, b));
+            let scale = gb.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-3);
+            let diff = max_abs_diff(&ga, &gb);
+            assert!(
+                diff <= 1e-4 * scale,
+                "{name} {lora}: gradients differ by {diff}"
+            );
+        }
         let q = "model.layers.0.self_attn.q_proj.weight";
         assert!(!stored(&frozen, q) && stored(&trainable, q), "{name}");
         let dir = tempfile::tempdir().unwrap();
