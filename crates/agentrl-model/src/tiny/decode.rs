@@ -27,7 +27,7 @@ use candle_core::{CpuStorage, Storage, Tensor};
 use rayon::prelude::*;
 
 use super::pointer::SpanScan;
-use super::trunk::{fit, project};
+use super::trunk::{embed, fit, project};
 use super::{KvCache, TinyAgent, TinyConfig};
 use crate::fused::{gelu_forward, rms_norm_forward, SequenceKv};
 
@@ -162,6 +162,7 @@ pub(super) struct Scratch {
     last: Vec<f32>,
     logits: Vec<f32>,
     query: Vec<f32>,
+    keys: Vec<f32>,
 }
 
 /// The pool of [`Scratch`] buffers a model keeps for its decoding calls.
@@ -295,7 +296,7 @@ impl TinyAgent {
             if tokens.is_empty() {
                 continue;
             }
-            if chunks.is_empty() || in_chunk + tokens.len() > budget && in_chunk > 0 {
+            if chunks.is_empty() || in_chunk + tokens.len() > budget {
                 chunks.push(Vec::new());
                 in_chunk = 0;
             }
@@ -368,21 +369,11 @@ impl TinyAgent {
         Ok(())
     }
 
-    /// The tensors explicit decoding reads: the embeddings, each block's six weights (in
-    /// `NORM_ATTN … MLP_DOWN` order), the final norm, the LM head, then the pointer's query
-    /// and key projections when present.
+    /// The tensors explicit decoding reads: the trunk's ([`TinyAgent::trunk_tensors`]: the
+    /// embeddings, then each block's six weights in `NORM_ATTN … MLP_DOWN` order), the final
+    /// norm, the LM head, then the pointer's query and key projections when present.
     fn decode_tensors(&self) -> Vec<&Tensor> {
-        let mut tensors = vec![&self.tok_emb, &self.pos_emb];
-        for block in &self.blocks {
-            tensors.extend([
-                &block.norm_attn,
-                &block.qkv,
-                &block.attn_out,
-                &block.norm_mlp,
-                &block.mlp_up,
-                &block.mlp_down,
-            ]);
-        }
+        let mut tensors = self.trunk_tensors();
         tensors.extend([&self.norm_final, &self.lm_head]);
         if let Some((query, key)) = &self.pointer {
             tensors.extend([query, key]);
@@ -430,11 +421,8 @@ fn decode_chunk(
     let mut offset = 0;
     for (_, tokens, state) in chunk.iter() {
         for (j, &id) in tokens.iter().enumerate() {
-            let tok = &w.tok_emb[id as usize * d..][..d];
-            let pos = &w.pos_emb[(state.position + j) * d..][..d];
-            for ((o, &a), &b) in x[(offset + j) * d..][..d].iter_mut().zip(tok).zip(pos) {
-                *o = a + b;
-            }
+            let out = &mut x[(offset + j) * d..][..d];
+            embed(out, w.tok_emb, w.pos_emb, id, state.position + j);
         }
         offset += tokens.len();
     }
@@ -507,7 +495,14 @@ fn decode_chunk(
         let mut row_logits = s.logits[i * v..(i + 1) * v].to_vec();
         if let Some((w_query, w_key)) = w.pointer {
             let h = &s.normed[i * d..(i + 1) * d];
-            point(cfg, state, h, w_query, w_key, &mut s.query, &mut row_logits);
+            point(
+                cfg,
+                state,
+                h,
+                (w_query, w_key),
+                (&mut s.query, &mut s.keys),
+                &mut row_logits,
+            );
         }
         out.push((*row, row_logits));
     }
@@ -521,9 +516,8 @@ fn point(
     cfg: &TinyConfig,
     state: &RowState,
     h: &[f32],
-    w_query: &[f32],
-    w_key: &[f32],
-    query: &mut Vec<f32>,
+    (w_query, w_key): (&[f32], &[f32]),
+    (query, keys): (&mut Vec<f32>, &mut Vec<f32>),
     logits: &mut [f32],
 ) {
     let d = cfg.d_model;
@@ -532,20 +526,21 @@ fn point(
     };
     let query = fit(query, d);
     project(query, h, w_query, 1, d, false);
+    let k = cfg.pointer_markers.len();
+    let keys = fit(keys, k * d);
+    project(keys, spans, w_key, k, d, false);
     let scale = 1.0 / (d as f32).sqrt();
-    let mut key = vec![0f32; d];
-    for ((span, &marker), m) in state
+    for ((span, &marker), key) in state
         .scan
         .spans
         .iter()
         .zip(&cfg.pointer_markers)
-        .zip(spans.chunks_exact(d))
+        .zip(keys.chunks_exact(d))
     {
         if span.is_empty() {
             continue;
         }
-        project(&mut key, m, w_key, 1, d, false);
-        let score: f32 = query.iter().zip(&key).map(|(a, b)| a * b).sum();
+        let score: f32 = query.iter().zip(key).map(|(a, b)| a * b).sum();
         logits[marker as usize] = score * scale;
     }
 }

@@ -452,18 +452,24 @@ impl TinyAgent {
     /// The trunk's weight tensors in [`trunk::TrunkWeights`]'s order (the variables' own
     /// tensors, so a gradient inserted for one reaches the optimizer).
     fn trunk_params(&self) -> Vec<Tensor> {
-        let mut params = vec![self.tok_emb.clone(), self.pos_emb.clone()];
+        self.trunk_tensors().into_iter().cloned().collect()
+    }
+
+    /// [`TinyAgent::trunk_params`], borrowed: the two embeddings, then each block's norm, QKV,
+    /// output, norm, up and down projections.
+    fn trunk_tensors(&self) -> Vec<&Tensor> {
+        let mut tensors = vec![&self.tok_emb, &self.pos_emb];
         for block in &self.blocks {
-            params.extend([
-                block.norm_attn.clone(),
-                block.qkv.clone(),
-                block.attn_out.clone(),
-                block.norm_mlp.clone(),
-                block.mlp_up.clone(),
-                block.mlp_down.clone(),
+            tensors.extend([
+                &block.norm_attn,
+                &block.qkv,
+                &block.attn_out,
+                &block.norm_mlp,
+                &block.mlp_up,
+                &block.mlp_down,
             ]);
         }
-        params
+        tensors
     }
 
     /// A copy of the trunk's weights for one explicit pass.

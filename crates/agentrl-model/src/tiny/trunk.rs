@@ -141,6 +141,16 @@ pub(super) fn fit(buf: &mut Vec<f32>, len: usize) -> &mut [f32] {
     buf
 }
 
+/// `out [d]` = token `id`'s embedding plus position `position`'s (`d = out.len()`).
+pub(super) fn embed(out: &mut [f32], tok_emb: &[f32], pos_emb: &[f32], id: u32, position: usize) {
+    let d = out.len();
+    let tok = &tok_emb[id as usize * d..][..d];
+    let pos = &pos_emb[position * d..][..d];
+    for ((o, &a), &b) in out.iter_mut().zip(tok).zip(pos) {
+        *o = a + b;
+    }
+}
+
 /// `y [N, out] = x [N, in] · Wᵀ` for a projection `W [out, in]`; `accumulate` adds to `y`.
 pub(super) fn project(
     y: &mut [f32],
@@ -290,11 +300,7 @@ impl ShardTape {
         self.blocks
             .resize_with(weights.blocks.len(), BlockTape::default);
         for (row, (xr, &id)) in x.chunks_exact_mut(d).zip(ids).enumerate() {
-            let tok = &weights.tok_emb[id as usize * d..][..d];
-            let pos = &weights.pos_emb[(row % seq) * d..][..d];
-            for ((o, &a), &b) in xr.iter_mut().zip(tok).zip(pos) {
-                *o = a + b;
-            }
+            embed(xr, &weights.tok_emb, &weights.pos_emb, id, row % seq);
         }
         for (w, t) in weights.blocks.iter().zip(&mut self.blocks) {
             t.x_in.clear();
