@@ -7,7 +7,10 @@
 //! `scripts/bench_qwen3.py` (embedded in the binary, run with `$AGENTRL_PYTHON` or `python3`),
 //! which loads the same folder with transformers in float32 and times the same computation on
 //! the same ids → print both figures, their ratio, and the largest log-prob difference between
-//! the two implementations as a correctness cross-check.
+//! the two implementations as a correctness cross-check. Where the CPU has AMX, the scoring is
+//! timed a second time after `Qwen3::pack_for_amx` (the opt-in bf16x3 path,
+//! `fused/amx_matmul.rs`), and reported beside the f32 figure with its own ratio and log-prob
+//! difference.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -53,6 +56,43 @@ pub struct BenchReport {
     pub max_abs_logprob_diff: Option<f64>,
     pub baseline_error: Option<String>,
     pub torch_threads: Option<u64>,
+    /// The opt-in AMX path (`Qwen3::pack_for_amx`), where the CPU has one; `None` elsewhere.
+    pub amx: Option<AmxReport>,
+}
+
+/// The scoring timed again on the AMX path.
+#[derive(Debug, Serialize)]
+pub struct AmxReport {
+    pub candle_tokens_per_s: f64,
+    pub candle_seconds: Vec<f64>,
+    /// AMX candle / transformers throughput.
+    pub ratio: Option<f64>,
+    /// Largest |AMX candle − transformers| over the first row's log-probs.
+    pub max_abs_logprob_diff: Option<f64>,
+}
+
+/// The best-of-`repeats` seconds of `score` after one warm-up, and the warm-up's first row.
+fn time_scoring(
+    score: impl Fn() -> candle_core::Result<Tensor>,
+    repeats: usize,
+) -> Result<(Vec<f32>, Vec<f64>)> {
+    let first = score()?.get(0)?.to_vec1::<f32>()?;
+    let mut seconds = Vec::with_capacity(repeats);
+    for _ in 0..repeats {
+        let start = Instant::now();
+        score()?;
+        seconds.push(start.elapsed().as_secs_f64());
+    }
+    Ok((first, seconds))
+}
+
+/// Largest |theirs − ours| over a row of log-probs.
+fn max_abs_diff(theirs: &[serde_json::Value], ours: &[f32]) -> f64 {
+    theirs
+        .iter()
+        .zip(ours)
+        .map(|(t, c)| (t.as_f64().unwrap_or(f64::NAN) - *c as f64).abs())
+        .fold(0.0, f64::max)
 }
 
 /// Runs the bench and returns its report.
@@ -78,7 +118,7 @@ pub fn run(options: &BenchOptions) -> Result<BenchReport> {
         config.vocab_size
     );
     eprintln!("building random weights for {shape} …");
-    let model = Qwen3::random(config.clone(), 0, 0.02, &LoadOptions::default())?;
+    let mut model = Qwen3::random(config.clone(), 0, 0.02, &LoadOptions::default())?;
     let dir = tempfile::tempdir().context("creating a temp dir for the bench weights")?;
     eprintln!("writing them to {} …", dir.path().display());
     model.save(dir.path())?;
@@ -99,22 +139,30 @@ pub fn run(options: &BenchOptions) -> Result<BenchReport> {
     let all = Tensor::from_vec(flat, (batch, seq + 1), &Device::Cpu)?;
     let inputs = all.narrow(1, 0, seq)?.contiguous()?;
     let targets = all.narrow(1, 1, seq)?.contiguous()?;
-    let score = || model.token_logprobs_mode(&inputs, &targets, ForwardMode::Inference);
     eprintln!(
         "timing candle ({batch} x {seq} tokens, 1 warm-up + {} repeats) …",
         options.repeats
     );
-    let first = score()?.get(0)?.to_vec1::<f32>()?;
-    let mut candle_seconds = Vec::new();
-    for _ in 0..options.repeats {
-        let start = Instant::now();
-        score()?;
-        candle_seconds.push(start.elapsed().as_secs_f64());
-    }
+    let score_with = |model: &Qwen3| {
+        let model = model.clone();
+        let (inputs, targets) = (inputs.clone(), targets.clone());
+        move || {
+            model
+                .token_logprobs_mode(&inputs, &targets, ForwardMode::Inference)
+                .map_err(|e| candle_core::Error::Msg(format!("{e:#}")))
+        }
+    };
+    let (first, candle_seconds) = time_scoring(score_with(&model), options.repeats)?;
+    let amx_timing = if model.pack_for_amx()? {
+        eprintln!("timing candle on the AMX path (bf16x3) …");
+        Some(time_scoring(score_with(&model), options.repeats)?)
+    } else {
+        None
+    };
     drop(model);
     let tokens = (batch * seq) as f64;
-    let candle_tokens_per_s = tokens / candle_seconds.iter().copied().fold(f64::MAX, f64::min);
 
+    let candle_tokens_per_s = tokens / candle_seconds.iter().copied().fold(f64::MAX, f64::min);
     let mut report = BenchReport {
         shape,
         batch,
@@ -128,26 +176,33 @@ pub fn run(options: &BenchOptions) -> Result<BenchReport> {
         max_abs_logprob_diff: None,
         baseline_error: None,
         torch_threads: None,
+        amx: None,
     };
+    let best = |seconds: &[f64]| tokens / seconds.iter().copied().fold(f64::MAX, f64::min);
     eprintln!("timing transformers …");
-    match run_baseline(dir.path(), &inputs_path, options) {
-        Err(err) => report.baseline_error = Some(format!("{err:#}")),
-        Ok(baseline) => {
-            let theirs = baseline["tokens_per_s"].as_f64();
-            report.transformers_tokens_per_s = theirs;
-            report.ratio = theirs.map(|t| candle_tokens_per_s / t);
-            report.transformers_seconds = baseline["seconds"]
-                .as_array()
-                .map(|s| s.iter().filter_map(|v| v.as_f64()).collect());
-            report.torch_threads = baseline["threads"].as_u64();
-            report.max_abs_logprob_diff = baseline["first_row_logprobs"].as_array().map(|row| {
-                row.iter()
-                    .zip(&first)
-                    .map(|(t, c)| (t.as_f64().unwrap_or(f64::NAN) - *c as f64).abs())
-                    .fold(0.0, f64::max)
-            });
+    let baseline = run_baseline(dir.path(), &inputs_path, options);
+    let baseline = match baseline {
+        Err(err) => {
+            report.baseline_error = Some(format!("{err:#}"));
+            serde_json::Value::Null
         }
-    }
+        Ok(baseline) => baseline,
+    };
+    let theirs = baseline["tokens_per_s"].as_f64();
+    report.transformers_tokens_per_s = theirs;
+    report.ratio = theirs.map(|t| candle_tokens_per_s / t);
+    report.transformers_seconds = baseline["seconds"]
+        .as_array()
+        .map(|s| s.iter().filter_map(|v| v.as_f64()).collect());
+    report.torch_threads = baseline["threads"].as_u64();
+    let reference = baseline["first_row_logprobs"].as_array();
+    report.max_abs_logprob_diff = reference.map(|row| max_abs_diff(row, &first));
+    report.amx = amx_timing.map(|(amx_first, seconds)| AmxReport {
+        candle_tokens_per_s: best(&seconds),
+        ratio: theirs.map(|t| best(&seconds) / t),
+        max_abs_logprob_diff: reference.map(|row| max_abs_diff(row, &amx_first)),
+        candle_seconds: seconds,
+    });
     Ok(report)
 }
 
@@ -218,6 +273,15 @@ pub fn print(report: &BenchReport, json: bool) -> Result<()> {
             "  transformers:      baseline unavailable: {}",
             report.baseline_error.as_deref().unwrap_or("unknown error")
         ),
+    }
+    if let Some(amx) = &report.amx {
+        println!(
+            "  candle, AMX bf16x3 (opt-in): {:>9.1} tokens/s",
+            amx.candle_tokens_per_s
+        );
+        if let (Some(ratio), Some(diff)) = (amx.ratio, amx.max_abs_logprob_diff) {
+            println!("  ratio:             {ratio:>9.2}x, max |logprob diff| {diff:.2e}");
+        }
     }
     Ok(())
 }

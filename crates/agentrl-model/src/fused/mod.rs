@@ -21,6 +21,8 @@
 //! * [`rms_norm`]: `x · rsqrt(mean(x²) + eps) · w` with gradients for `x` and `w`.
 //! * [`silu_mul`]: SwiGLU's `silu(gate) ⊙ up` in one pass, for Qwen3's inference forward only
 //!   (the one op here without a backward pass).
+//! * [`amx_matmul`]: `x · W` for Qwen3's frozen weights in inference, on the CPU's AMX tile
+//!   unit at f32 accuracy (bf16x3), where the CPU has one; no backward pass either.
 //!
 //! Their softmaxes and GELU's sigmoid use [`exp::exp`], an inlined `exp` that lets those loops
 //! vectorise, and they run their loops compiled for AVX2 where the CPU has it (`with_simd`).
@@ -44,6 +46,7 @@ use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, Layout, Result};
 use rayon::prelude::*;
 
+pub mod amx_matmul;
 mod cached_attention;
 mod causal_attention;
 mod causal_softmax;

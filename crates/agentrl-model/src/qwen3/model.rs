@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, Var, D};
@@ -13,6 +14,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::{KvCache, Qwen3Config};
+use crate::fused::amx_matmul::{self, PackedWeight};
 use crate::lora::{self, Factor, LoraConfig, LoraWeights};
 use crate::weights;
 
@@ -52,13 +54,15 @@ pub(super) struct Linear {
     /// `[out, in]`, HF layout; frozen on the CPU, a view of `[in, out]` storage
     /// ([`matmul_layout`]).
     weight: Tensor,
+    /// The same frozen weight packed for the AMX path ([`Qwen3::pack_for_amx`]), when it applies.
+    packed: Option<Arc<PackedWeight>>,
     lora: Option<LoraWeights>,
 }
 
 impl Linear {
     /// `x: [N, in]` → `[N, out]`.
-    pub(super) fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let base = x.matmul(&self.weight.t()?)?;
+    pub(super) fn forward(&self, x: &Tensor, mode: ForwardMode) -> Result<Tensor> {
+        let base = frozen_matmul(x, &self.weight, self.packed.as_deref(), mode)?;
         match &self.lora {
             None => Ok(base),
             Some(lora) => Ok((base + lora.delta(x)?)?),
@@ -105,6 +109,8 @@ pub struct Qwen3 {
     norm: Tensor,
     /// `None` when the output projection is tied to `embed_tokens`.
     lm_head: Option<Tensor>,
+    /// The output projection (tied or not) packed for the AMX path, when it applies.
+    head_packed: Option<Arc<PackedWeight>>,
     /// RoPE inverse frequencies, `head_dim / 2` of them, computed in f32 as transformers does.
     pub(super) inv_freq: Vec<f32>,
     /// Base weights registered as variables (empty when the base is frozen).
@@ -163,6 +169,7 @@ impl Qwen3 {
         let linear = |weight: Tensor| -> Result<Linear> {
             Ok(Linear {
                 weight: for_matmul(weight)?,
+                packed: None,
                 lora: None,
             })
         };
@@ -214,6 +221,7 @@ impl Qwen3 {
             layers,
             norm,
             lm_head,
+            head_packed: None,
             inv_freq,
             base_vars,
             dtype: options.dtype,
@@ -345,6 +353,26 @@ impl Qwen3 {
         let mut out = self.base_vars.clone();
         out.extend(self.lora_vars());
         out
+    }
+
+    /// Packs every frozen f32 CPU weight for the AMX path ([`amx_matmul`]: bf16x3 on the
+    /// CPU's tile unit), which the inference forward then uses for products of 16 rows or more.
+    /// Opt-in because it trades bit-level agreement for speed: log-probs move by up to ~1e-4
+    /// (3e-5 against transformers on the 0.6B shape, `bench qwen3`), the f32 path's ~1e-6, and a
+    /// sequence scored alone (few rows, f32) and in a batch (AMX) then differ at that level.
+    /// Costs as much memory again as the packed weights. Returns whether anything was packed:
+    /// false on a CPU without AMX, for trainable or non-f32 weights, or when no weight's shape
+    /// is a whole number of 32 × 32 blocks.
+    pub fn pack_for_amx(&mut self) -> Result<bool> {
+        let frozen_cpu = self.base_vars.is_empty() && self.device.is_cpu();
+        let mut packed_any = false;
+        for (_, linear) in self.linears_mut() {
+            linear.packed = pack_frozen(&linear.weight, frozen_cpu)?;
+            packed_any |= linear.packed.is_some();
+        }
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
+        self.head_packed = pack_frozen(head, frozen_cpu)?;
+        Ok(packed_any || self.head_packed.is_some())
     }
 
     /// A frozen copy of this model for an inference engine: every base weight copied into
@@ -608,7 +636,7 @@ impl Qwen3 {
             .dims2()
             .context("Qwen3 input ids must have shape [batch, seq]")?;
         let hidden = self.final_hidden(ids, cache, mode)?;
-        let logits = self.project_to_vocab(&hidden)?;
+        let logits = self.project_to_vocab(&hidden, mode)?;
         Ok(logits.reshape((batch, seq, self.config.vocab_size))?)
     }
 
@@ -627,9 +655,9 @@ impl Qwen3 {
     }
 
     /// Logits `[N, V]` of the hidden states `[N, H]` (the tied or separate LM head).
-    fn project_to_vocab(&self, hidden: &Tensor) -> Result<Tensor> {
+    fn project_to_vocab(&self, hidden: &Tensor, mode: ForwardMode) -> Result<Tensor> {
         let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
-        Ok(hidden.matmul(&head.t()?)?)
+        frozen_matmul(hidden, head, self.head_packed.as_deref(), mode)
     }
 
     /// Differentiable logits `[N, V]` at the flat positions `positions` (u32 indices into the
@@ -637,7 +665,7 @@ impl Qwen3 {
     /// Qwen3, runs on the scored positions alone.
     pub fn forward_at(&self, ids: &Tensor, positions: &Tensor) -> Result<Tensor> {
         let hidden = self.final_hidden(ids, None, ForwardMode::Train)?;
-        self.project_to_vocab(&hidden.index_select(positions, 0)?)
+        self.project_to_vocab(&hidden.index_select(positions, 0)?, ForwardMode::Train)
     }
 
     /// Hidden states `[B*T, H]` after the final norm.
@@ -721,19 +749,19 @@ impl Qwen3 {
     ) -> Result<Tensor> {
         let normed = self.rms_norm(hidden, &layer.post_attention_layernorm, mode)?;
         let mlp = &layer.mlp;
-        let gate = mlp.gate_proj.forward(&normed)?;
-        let up = mlp.up_proj.forward(&normed)?;
+        let gate = mlp.gate_proj.forward(&normed, mode)?;
+        let up = mlp.up_proj.forward(&normed, mode)?;
         let gated = match mode {
             ForwardMode::Train => (gate.silu()? * up)?,
             ForwardMode::Inference => crate::fused::silu_mul(&gate, &up)?,
         };
-        let down = mlp.down_proj.forward(&gated)?;
+        let down = mlp.down_proj.forward(&gated, mode)?;
         Ok((hidden + down)?)
     }
 
     /// The final RMSNorm and the output projection: `hidden: [N, H]` → logits `[N, V]`.
     pub(super) fn logits_from_hidden(&self, hidden: &Tensor, mode: ForwardMode) -> Result<Tensor> {
-        self.project_to_vocab(&self.rms_norm(hidden, &self.norm, mode)?)
+        self.project_to_vocab(&self.rms_norm(hidden, &self.norm, mode)?, mode)
     }
 
     /// Grouped-query attention on `x: [B*T, H]`. Query heads are grouped by the key/value head
@@ -755,15 +783,15 @@ impl Qwen3 {
         let group = n_q / n_kv;
         let q = attn
             .q_proj
-            .forward(x)?
+            .forward(x, mode)?
             .reshape((batch, seq, n_q, head_dim))?;
         let k = attn
             .k_proj
-            .forward(x)?
+            .forward(x, mode)?
             .reshape((batch, seq, n_kv, head_dim))?;
         let v = attn
             .v_proj
-            .forward(x)?
+            .forward(x, mode)?
             .reshape((batch, seq, n_kv, head_dim))?;
         // Per-head RMSNorm before RoPE (Qwen3's q_norm / k_norm).
         let q = self.rms_norm(&q, &attn.q_norm, mode)?;
@@ -792,7 +820,7 @@ impl Qwen3 {
             let scale = 1.0 / (head_dim as f64).sqrt();
             let out = crate::fused::causal_attention(&qkv, n_q, scale)?
                 .reshape((batch * seq, n_q * head_dim))?;
-            return attn.o_proj.forward(&out);
+            return attn.o_proj.forward(&out, mode);
         }
         let q = apply_rotary(&q, cos, sin, mode)?
             .transpose(1, 2)?
@@ -833,7 +861,7 @@ impl Qwen3 {
             .reshape((batch, n_q, seq, head_dim))?
             .transpose(1, 2)?
             .reshape((batch * seq, n_q * head_dim))?;
-        attn.o_proj.forward(&out)
+        attn.o_proj.forward(&out, mode)
     }
 
     /// RMSNorm over the last dimension, computed in f32 like transformers' `Qwen3RMSNorm`.
@@ -882,6 +910,50 @@ fn matmul_layout(weight: Tensor, frozen_cpu: bool) -> Result<Tensor> {
         return Ok(weight);
     }
     Ok(weight.t()?.contiguous()?.t()?)
+}
+
+/// Rows of `x` from which the AMX path runs: below, a product is bound by reading the weight
+/// (decoding a few rows), where the matrix unit gains nothing.
+const AMX_MIN_ROWS: usize = 16;
+
+/// `x · Wᵀ` for a weight `W [out, in]`: on the AMX path ([`amx_matmul`]) when the weight was
+/// packed for it, `mode` is inference (no gradient is recorded) and `x: [N, in]` is an f32 CPU
+/// tensor of at least [`AMX_MIN_ROWS`] rows; candle's matmul otherwise.
+fn frozen_matmul(
+    x: &Tensor,
+    weight: &Tensor,
+    packed: Option<&PackedWeight>,
+    mode: ForwardMode,
+) -> Result<Tensor> {
+    if let Some(packed) = packed {
+        let rows = x.dim(0)?;
+        if mode == ForwardMode::Inference
+            && rows >= AMX_MIN_ROWS
+            && x.dtype() == DType::F32
+            && x.device().is_cpu()
+        {
+            let values = x.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
+            if let Some(out) = packed.matmul(&values, rows) {
+                return Ok(Tensor::from_vec(out, (rows, packed.n()), x.device())?);
+            }
+        }
+    }
+    Ok(x.matmul(&weight.t()?)?)
+}
+
+/// A frozen CPU f32 weight `W [out, in]` (stored as [`matmul_layout`] leaves it) packed for
+/// the AMX path, when this process has one and the shape fits ([`amx_matmul::packable`]).
+fn pack_frozen(weight: &Tensor, frozen_cpu: bool) -> Result<Option<Arc<PackedWeight>>> {
+    let (out_features, in_features) = weight.dims2()?;
+    if !frozen_cpu
+        || weight.dtype() != DType::F32
+        || !amx_matmul::packable(in_features, out_features)
+        || !amx_matmul::amx_available()
+    {
+        return Ok(None);
+    }
+    let transposed = weight.t()?.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
+    Ok(PackedWeight::pack(&transposed, in_features, out_features).map(Arc::new))
 }
 
 /// `tensor` in `dtype` on `device`, in storage of its own and with no autograd link to it.

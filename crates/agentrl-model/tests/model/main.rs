@@ -5,6 +5,7 @@
 //! check), LoRA, safetensors IO and the device choice. Run one module with
 //! `cargo test --release --workspace --test model -- qwen3_ragged::`.
 
+mod amx_matmul;
 // Only the CPU answer is fixed without a GPU; the CUDA path is checked by compiling it
 // (`scripts/build_cuda.sh`) and by runs on a GPU machine.
 #[cfg(not(feature = "cuda"))]

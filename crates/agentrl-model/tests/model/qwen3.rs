@@ -27,7 +27,7 @@ struct ReferenceInput {
     logprobs: Vec<f32>,
 }
 
-fn fixture(name: &str) -> PathBuf {
+pub(crate) fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/qwen3")
         .join(name)
@@ -38,7 +38,7 @@ fn reference(dir: &Path) -> Reference {
     serde_json::from_str(&text).unwrap()
 }
 
-fn options(dtype: DType, trainable: bool) -> LoadOptions {
+pub(crate) fn options(dtype: DType, trainable: bool) -> LoadOptions {
     LoadOptions {
         dtype,
         device: Device::Cpu,
@@ -47,7 +47,7 @@ fn options(dtype: DType, trainable: bool) -> LoadOptions {
 }
 
 /// Log-probs of `ids[1..]` given the prefix, with the chosen kernels.
-fn logprobs(model: &Qwen3, ids: &[u32], mode: ForwardMode) -> Vec<f32> {
+pub(crate) fn logprobs(model: &Qwen3, ids: &[u32], mode: ForwardMode) -> Vec<f32> {
     let n = ids.len();
     let inputs = Tensor::from_slice(&ids[..n - 1], (1, n - 1), &Device::Cpu).unwrap();
     let targets = Tensor::from_slice(&ids[1..], (1, n - 1), &Device::Cpu).unwrap();
