@@ -71,9 +71,10 @@ pub struct AmxReport {
     pub max_abs_logprob_diff: Option<f64>,
 }
 
-/// The best-of-`repeats` seconds of `score` after one warm-up, and the warm-up's first row.
+/// The seconds of `repeats` timed runs of `score` after one warm-up, and the warm-up's first
+/// row.
 fn time_scoring(
-    score: impl Fn() -> candle_core::Result<Tensor>,
+    score: impl Fn() -> Result<Tensor>,
     repeats: usize,
 ) -> Result<(Vec<f32>, Vec<f64>)> {
     let first = score()?.get(0)?.to_vec1::<f32>()?;
@@ -143,66 +144,53 @@ pub fn run(options: &BenchOptions) -> Result<BenchReport> {
         "timing candle ({batch} x {seq} tokens, 1 warm-up + {} repeats) …",
         options.repeats
     );
-    let score_with = |model: &Qwen3| {
-        let model = model.clone();
-        let (inputs, targets) = (inputs.clone(), targets.clone());
-        move || {
-            model
-                .token_logprobs_mode(&inputs, &targets, ForwardMode::Inference)
-                .map_err(|e| candle_core::Error::Msg(format!("{e:#}")))
-        }
-    };
-    let (first, candle_seconds) = time_scoring(score_with(&model), options.repeats)?;
+    let score =
+        |model: &Qwen3| model.token_logprobs_mode(&inputs, &targets, ForwardMode::Inference);
+    let (first, candle_seconds) = time_scoring(|| score(&model), options.repeats)?;
     let amx_timing = if model.pack_for_amx()? {
         eprintln!("timing candle on the AMX path (bf16x3) …");
-        Some(time_scoring(score_with(&model), options.repeats)?)
+        Some(time_scoring(|| score(&model), options.repeats)?)
     } else {
         None
     };
     drop(model);
     let tokens = (batch * seq) as f64;
+    let best = |seconds: &[f64]| tokens / seconds.iter().copied().fold(f64::MAX, f64::min);
+    let candle_tokens_per_s = best(&candle_seconds);
 
-    let candle_tokens_per_s = tokens / candle_seconds.iter().copied().fold(f64::MAX, f64::min);
-    let mut report = BenchReport {
+    eprintln!("timing transformers …");
+    let (baseline, baseline_error) = match run_baseline(dir.path(), &inputs_path, options) {
+        Ok(baseline) => (baseline, None),
+        Err(err) => (serde_json::Value::Null, Some(format!("{err:#}"))),
+    };
+    let theirs = baseline["tokens_per_s"].as_f64();
+    let reference = baseline["first_row_logprobs"].as_array();
+    let amx = amx_timing.map(|(amx_first, seconds)| {
+        let tokens_per_s = best(&seconds);
+        AmxReport {
+            candle_tokens_per_s: tokens_per_s,
+            candle_seconds: seconds,
+            ratio: theirs.map(|t| tokens_per_s / t),
+            max_abs_logprob_diff: reference.map(|row| max_abs_diff(row, &amx_first)),
+        }
+    });
+    let report = BenchReport {
         shape,
         batch,
         seq_len: seq,
         repeats: options.repeats,
         candle_tokens_per_s,
         candle_seconds,
-        transformers_tokens_per_s: None,
-        transformers_seconds: None,
-        ratio: None,
-        max_abs_logprob_diff: None,
-        baseline_error: None,
-        torch_threads: None,
-        amx: None,
+        transformers_tokens_per_s: theirs,
+        transformers_seconds: baseline["seconds"]
+            .as_array()
+            .map(|s| s.iter().filter_map(|v| v.as_f64()).collect()),
+        ratio: theirs.map(|t| candle_tokens_per_s / t),
+        max_abs_logprob_diff: reference.map(|row| max_abs_diff(row, &first)),
+        baseline_error,
+        torch_threads: baseline["threads"].as_u64(),
+        amx,
     };
-    let best = |seconds: &[f64]| tokens / seconds.iter().copied().fold(f64::MAX, f64::min);
-    eprintln!("timing transformers …");
-    let baseline = run_baseline(dir.path(), &inputs_path, options);
-    let baseline = match baseline {
-        Err(err) => {
-            report.baseline_error = Some(format!("{err:#}"));
-            serde_json::Value::Null
-        }
-        Ok(baseline) => baseline,
-    };
-    let theirs = baseline["tokens_per_s"].as_f64();
-    report.transformers_tokens_per_s = theirs;
-    report.ratio = theirs.map(|t| candle_tokens_per_s / t);
-    report.transformers_seconds = baseline["seconds"]
-        .as_array()
-        .map(|s| s.iter().filter_map(|v| v.as_f64()).collect());
-    report.torch_threads = baseline["threads"].as_u64();
-    let reference = baseline["first_row_logprobs"].as_array();
-    report.max_abs_logprob_diff = reference.map(|row| max_abs_diff(row, &first));
-    report.amx = amx_timing.map(|(amx_first, seconds)| AmxReport {
-        candle_tokens_per_s: best(&seconds),
-        ratio: theirs.map(|t| best(&seconds) / t),
-        max_abs_logprob_diff: reference.map(|row| max_abs_diff(row, &amx_first)),
-        candle_seconds: seconds,
-    });
     Ok(report)
 }
 

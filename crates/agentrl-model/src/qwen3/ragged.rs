@@ -408,13 +408,13 @@ impl Qwen3 {
         let (rows, width, fed) = (plan.rows, plan.width, plan.fed);
         let q = attn
             .q_proj
-            .forward(x, ForwardMode::Inference)?
+            .forward(x, mode)?
             .reshape((1, fed, n_q, head_dim))?;
         let k = attn
             .k_proj
-            .forward(x, ForwardMode::Inference)?
+            .forward(x, mode)?
             .reshape((1, fed, n_kv, head_dim))?;
-        let v = attn.v_proj.forward(x, ForwardMode::Inference)?;
+        let v = attn.v_proj.forward(x, mode)?;
         let q = self.rms_norm(&q, &attn.q_norm, mode)?;
         let k = self.rms_norm(&k, &attn.k_norm, mode)?;
         let q = apply_rotary(&q, &plan.cos, &plan.sin, mode)?.reshape((fed, n_q * head_dim))?;
@@ -458,6 +458,6 @@ impl Qwen3 {
             Some((_, flat)) => out.index_select(flat, 0)?,
             None => out,
         };
-        attn.o_proj.forward(&out, ForwardMode::Inference)
+        attn.o_proj.forward(&out, mode)
     }
 }
