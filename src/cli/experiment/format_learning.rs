@@ -56,6 +56,9 @@ pub(crate) const EXPERIMENT: Experiment = Experiment {
         "train.format_warmup_data=\"expert\"",
         // An entropy bonus over the whole vocabulary pulls towards malformed words.
         "algorithm.entropy_coef=0",
+        // The recorded result's rate: the default was 1e-3 until TinyAgent's default run
+        // moved to 5e-4 (configs/default.toml); pinned so the recorded verdict still holds.
+        "optim.lr=1e-3",
     ],
     arms: &[
         // As many RL steps as the others have after their warm-up.

@@ -408,7 +408,7 @@ fn resolution_fills_preset_values_and_respects_overrides() {
     assert!(ppo.old_logprob_pass && ppo.value_coef > 0.0 && ppo.epochs > 1);
     // The default run's entropy bonus belongs to the GRPO preset and does not leak into
     // the others.
-    assert_eq!(with(&[]).unwrap().algorithm.knobs.entropy_coef, 0.01);
+    assert_eq!(with(&[]).unwrap().algorithm.knobs.entropy_coef, 0.02);
     for name in [
         "ppo",
         "dapo",
