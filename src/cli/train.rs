@@ -154,6 +154,9 @@ pub fn run_recipe(
         trainer.config.train.steps
     );
     eprintln!("run directory: {}", trainer.run.root.display());
+    if let Some(note) = &trainer.engine_amx().note {
+        eprintln!("{note}");
+    }
     let progress = if std::io::stderr().is_terminal() {
         Progress::Bar
     } else {

@@ -287,3 +287,80 @@ fn with_a_key_every_request_must_carry_it() {
         .unwrap();
     assert_eq!(keyed.status(), 200);
 }
+
+/// `--cpu-matmul` (the run config's `engine.cpu_matmul`): `amx` with `--dtype bf16` is refused
+/// at start naming the flag; where the CPU has AMX, a server on it samples the same tokens as
+/// the f32 server over a 20-token prompt (past the 16 rows from which the AMX path runs) with
+/// log-probs within 1e-4; without AMX, `amx` is refused naming the flag and `auto` serves f32.
+#[test]
+fn cpu_matmul_amx_serves_within_1e4_of_f32_or_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    // Hidden, MLP and query widths are whole 32 x 32 blocks, so those weights pack.
+    let config = Qwen3Config {
+        vocab_size: 64,
+        hidden_size: 32,
+        intermediate_size: 64,
+        num_hidden_layers: 2,
+        num_attention_heads: 4,
+        num_key_value_heads: 2,
+        head_dim: 8,
+        rms_norm_eps: 1e-6,
+        rope_theta: 1_000_000.0,
+        tie_word_embeddings: true,
+        max_position_embeddings: 64,
+    };
+    Qwen3::random(config, 4, 0.1, &LoadOptions::default())
+        .unwrap()
+        .save(dir.path())
+        .unwrap();
+    let model = dir.path().to_str().unwrap();
+    let refused = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_agentrl"))
+            .args(["serve", "--model", model, "--port", "0"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{extra:?} started");
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(stderr.contains("--cpu-matmul"), "{extra:?}: {stderr}");
+    };
+    refused(&["--cpu-matmul", "amx", "--dtype", "bf16"]);
+    let prompt: Vec<u32> = (0..20).map(|i| (i * 7 + 3) % 64).collect();
+    let request = json!({"model": "tiny", "prompt": prompt, "max_tokens": 6, "seed": 2,
+                         "temperature": 1.0, "top_p": 1.0, "top_k": -1, "logprobs": 0,
+                         "prompt_logprobs": 0, "return_token_ids": true});
+    let sample = |extra: &[&str]| {
+        let served = serve(dir.path(), extra);
+        let (status, body) = completions(&served, request.clone());
+        assert_eq!(status, 200, "{body}");
+        body["choices"][0].clone()
+    };
+    if !agentrl_model::fused::amx_matmul::amx_available() {
+        refused(&["--cpu-matmul", "amx"]);
+        sample(&["--cpu-matmul", "auto"]);
+        eprintln!("no AMX on this CPU: the AMX server itself is not checked");
+        return;
+    }
+    let f32_path = sample(&[]);
+    let amx = sample(&["--cpu-matmul", "amx"]);
+    assert_eq!(amx["token_ids"], f32_path["token_ids"]);
+    let lps = |c: &Value| -> Vec<f64> {
+        c["logprobs"]["token_logprobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect()
+    };
+    let (a, b) = (lps(&amx), lps(&f32_path));
+    assert_eq!(a.len(), b.len());
+    let gap = a
+        .iter()
+        .zip(&b)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    eprintln!("--cpu-matmul amx against f32: max |log-prob gap| {gap:.2e}");
+    assert!(gap <= 1e-4, "{gap}");
+    // Two f32 servers agree to the bit; the first token's prefill ran on the AMX path.
+    assert!(gap > 0.0, "the AMX path did not run");
+}

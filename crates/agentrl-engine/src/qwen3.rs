@@ -11,6 +11,10 @@
 //! Weight sync: an engine over `&Qwen3` reads the trainer's weights as they are
 //! ([`crate::WeightSync::Shared`]); a replica is refreshed from the trainer with
 //! [`LocalEngine::sync_from`] and refuses a shared sync, which would leave it stale.
+//!
+//! The CPU's AMX unit (`engine.cpu_matmul`, [`Qwen3Replica::pack_for_amx`]) is only ever used
+//! through a replica: packing the trainer's own model would move its inference forwards (the
+//! old and reference log-probs) off the f32 path as well.
 
 use agentrl_model::qwen3::{Qwen3, RaggedKvCache};
 use candle_core::{DType, Device};
@@ -78,7 +82,16 @@ impl Qwen3Replica {
         &self.model
     }
 
-    /// Copies `trainer`'s current weights into this replica, keeping its dtype and device.
+    /// Packs the replica's frozen f32 weights for the CPU's AMX unit ([`Qwen3::pack_for_amx`]),
+    /// so its prefills and decoding steps of 16 rows or more run there; [`Self::refresh`]
+    /// packs every new copy again. Returns whether anything was packed (false on a CPU without
+    /// AMX, for a bf16 or GPU replica, or where no weight is a whole number of 32 × 32 blocks).
+    pub fn pack_for_amx(&mut self) -> anyhow::Result<bool> {
+        self.model.pack_for_amx()
+    }
+
+    /// Copies `trainer`'s current weights into this replica, keeping its dtype, device and
+    /// AMX packing.
     pub fn refresh(&mut self, trainer: &Qwen3) -> anyhow::Result<()> {
         self.model.copy_weights_from(trainer)
     }

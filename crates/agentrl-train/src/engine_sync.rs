@@ -6,11 +6,26 @@
 //! Where it sits: built from the config beside the policy (`crate::build`), held by the
 //! trainer; the sampler (`crate::sampler`) reads [`EngineWeights`], a recipe's step calls
 //! [`EngineSync::sync_for`] before it samples. It knows no recipe and no trainer.
+//!
+//! **AMX** (`engine.cpu_matmul`, [`AmxChoice`]). A local Qwen3 engine on the CPU may multiply
+//! its frozen f32 weights on the AMX unit (`Qwen3::pack_for_amx`), ~1e-4 off the f32 GEMM.
+//! It then always gets a copy of its own, even in a synchronous f32 run that would otherwise
+//! sample from the trainer's weights: packing is a property of a model object, and the
+//! trainer's own model also computes the old and reference log-probs and the preflight's
+//! scores in inference mode, so packing it would move the very figures the engine's are
+//! compared with (and that importance ratios divide by) off the f32 path. The copy costs one
+//! more set of weights plus their packing (as much again), and its refresh at each sync
+//! (`Qwen3::copy_weights_from`) packs the new weights again, so the engine never silently
+//! falls back to f32 after the first update. That repacking is not free: on the 0.6B shape a
+//! packed sync took 4.7 s against 0.64 s for the plain copy (2 cores, warm, 2026-12-06). With
+//! LoRA the frozen base never changes, so keeping its packing across syncs would remove it;
+//! not done yet.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use agentrl_engine::{Engine, RemoteEngine, WeightSync};
+use agentrl_model::fused::amx_matmul::CpuMatmul;
 use agentrl_model::lora::LoraConfig;
 use agentrl_model::qwen3::Qwen3;
 use agentrl_rollout::StalenessBound;
@@ -18,6 +33,7 @@ use anyhow::{bail, Context};
 use candle_core::DType;
 
 use crate::build::{connect_remote, lora_config, parse_dtype};
+use crate::config::validate::amx_refusal;
 use crate::config::Config;
 use crate::policy_stack::{EngineReplica, TrainPolicy};
 
@@ -53,6 +69,56 @@ impl EngineWeights<'_> {
     }
 }
 
+/// What `engine.cpu_matmul` came to for this run's engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AmxChoice {
+    /// Whether the engine's copy is packed for the AMX unit.
+    pub packed: bool,
+    /// The line the run's log prints about it (`None` for the default, `"f32"`).
+    pub note: Option<String>,
+}
+
+impl AmxChoice {
+    /// Resolves `engine.cpu_matmul` for `policy`: `"amx"` where it cannot apply (a config
+    /// error [`Config::validate`] reports first, or a model off the CPU) or the CPU has no AMX
+    /// is an error naming the key; `"auto"` says which path it took and why.
+    pub fn resolve(config: &Config, policy: &dyn TrainPolicy) -> anyhow::Result<Self> {
+        let setting = config.engine.cpu_matmul;
+        if setting == CpuMatmul::F32 {
+            return Ok(Self {
+                packed: false,
+                note: None,
+            });
+        }
+        let off_cpu = policy
+            .as_any()
+            .downcast_ref::<Qwen3>()
+            .filter(|q| !q.device().is_cpu())
+            .map(|q| format!("the Qwen3 is on {:?}, not the CPU", q.device().location()));
+        let inapplicable = config.cpu_matmul_inapplicable().or(off_cpu);
+        let packed = match (&inapplicable, setting) {
+            (Some(why), CpuMatmul::Amx) => bail!(amx_refusal(why)),
+            (Some(_), _) => false,
+            (None, _) => setting.wants_amx("engine.cpu_matmul")?,
+        };
+        let note = match (packed, inapplicable) {
+            (true, _) => format!(
+                "engine.cpu_matmul = \"{setting}\": the engine samples from its own copy of the \
+                 weights, packed for the CPU's AMX unit (log-probs ~1e-4 off the trainer's f32 \
+                 ones, which stay on the f32 GEMM)"
+            ),
+            (false, Some(why)) => format!("engine.cpu_matmul = \"{setting}\": f32 ({why})"),
+            (false, None) => {
+                format!("engine.cpu_matmul = \"{setting}\": f32 (this CPU has no AMX)")
+            }
+        };
+        Ok(Self {
+            packed,
+            note: Some(note),
+        })
+    }
+}
+
 /// How the servers load a new weight version (`engine.weight_sync`).
 enum ServerSync {
     Lora { adapter: LoraConfig, base: String },
@@ -73,18 +139,34 @@ pub struct EngineSync {
     /// Seconds of weight sync since they were last taken (`timing_s/update_weights`).
     seconds: f64,
     staleness: StalenessBound,
+    /// What `engine.cpu_matmul` came to.
+    amx: AmxChoice,
 }
 
 impl EngineSync {
     /// The engine of `config` for `policy`: servers when `engine.kind` names them (connected
     /// and checked), else a copy when the engine must not read the trainer's weights, else
-    /// none. Server weight versions go under `run_root/weights/`.
+    /// none (a copy packed for AMX when `engine.cpu_matmul` asks for it: the module doc).
+    /// Server weight versions go under `run_root/weights/`.
     pub fn new(config: &Config, policy: &dyn TrainPolicy, run_root: &Path) -> anyhow::Result<Self> {
         let e = &config.engine;
         let engine_dtype = parse_dtype("engine.dtype", &e.dtype)?;
-        let copy = if engine_dtype != DType::F32 || e.async_rollouts {
+        let mut amx = AmxChoice::resolve(config, policy)?;
+        let copy = if engine_dtype != DType::F32 || e.async_rollouts || amx.packed {
+            let mut replica = policy.replica(engine_dtype)?;
+            if amx.packed && !replica.pack_for_amx()? {
+                let why = "no weight of this model is a whole number of 32 x 32 blocks";
+                if e.cpu_matmul == CpuMatmul::Amx {
+                    bail!("engine.cpu_matmul = \"amx\": {why}; set engine.cpu_matmul = \"f32\"");
+                }
+                // "auto": the copy samples on the f32 path, as the trainer's weights would.
+                amx = AmxChoice {
+                    packed: false,
+                    note: Some(format!("engine.cpu_matmul = \"auto\": f32 ({why})")),
+                };
+            }
             Some(EngineCopy {
-                replica: policy.replica(engine_dtype)?,
+                replica,
                 version: 0,
             })
         } else {
@@ -115,7 +197,22 @@ impl EngineSync {
             } else {
                 0
             }),
+            amx,
         })
+    }
+
+    /// What `engine.cpu_matmul` came to: whether the engine's copy is on the AMX path, and
+    /// the line for the run's log.
+    pub fn amx(&self) -> &AmxChoice {
+        &self.amx
+    }
+
+    /// Whether the engine's own copy is packed for the AMX unit now (after every sync, as
+    /// long as `engine.cpu_matmul` chose it).
+    pub fn copy_packed_for_amx(&self) -> bool {
+        self.copy
+            .as_ref()
+            .is_some_and(|copy| copy.replica.packed_for_amx())
     }
 
     /// Where the engine reads its weights while the trainer's are at `trainer_version`.

@@ -294,12 +294,20 @@ impl StepPlan {
         } else {
             0.0
         };
-        let engine_copy =
-            if local_engine && (config.engine.dtype != "f32" || config.engine.async_rollouts) {
-                shape.parameters as f64 * engine_bytes
-            } else {
-                0.0
-            };
+        // `engine.cpu_matmul` on AMX: a copy of its own, and its packing (two bf16 per weight).
+        let amx = config.cpu_matmul_inapplicable().is_none()
+            && config
+                .engine
+                .cpu_matmul
+                .wants_amx("engine.cpu_matmul")
+                .unwrap_or(false);
+        let engine_copy = if local_engine
+            && (config.engine.dtype != "f32" || config.engine.async_rollouts || amx)
+        {
+            shape.parameters as f64 * engine_bytes * if amx { 2.0 } else { 1.0 }
+        } else {
+            0.0
+        };
         Self {
             episodes_per_step: episodes,
             episodes_per_microbatch: per_microbatch,

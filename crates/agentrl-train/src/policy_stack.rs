@@ -42,8 +42,18 @@ pub trait EngineReplica: Send + Sync {
         kind: LogprobKind,
         version: u64,
     ) -> anyhow::Result<Box<dyn Engine + Send + '_>>;
-    /// Copies the trainer's current weights in (converting the dtype).
+    /// Copies the trainer's current weights in (converting the dtype, keeping the AMX
+    /// packing).
     fn refresh(&mut self, trainer: &dyn TrainPolicy) -> anyhow::Result<()>;
+    /// Packs the replica's frozen weights for the CPU's AMX unit (`engine.cpu_matmul`), kept
+    /// across [`Self::refresh`]; whether anything was packed. Only Qwen3 has the path.
+    fn pack_for_amx(&mut self) -> anyhow::Result<bool> {
+        Ok(false)
+    }
+    /// Whether the replica is packed for the AMX unit now.
+    fn packed_for_amx(&self) -> bool {
+        false
+    }
 }
 
 /// Copies `source`'s trainable weights into `target`'s, converting the dtype. Refuses a
@@ -180,5 +190,13 @@ impl EngineReplica for Qwen3Replica {
             .downcast_ref::<Qwen3>()
             .context("a Qwen3 engine replica can only copy a Qwen3 trainer's weights")?;
         Qwen3Replica::refresh(self, trainer)
+    }
+
+    fn pack_for_amx(&mut self) -> anyhow::Result<bool> {
+        Qwen3Replica::pack_for_amx(self)
+    }
+
+    fn packed_for_amx(&self) -> bool {
+        self.model().packed_for_amx()
     }
 }

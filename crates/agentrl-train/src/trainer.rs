@@ -334,6 +334,16 @@ impl Trainer {
         })
     }
 
+    /// What `engine.cpu_matmul` came to for the engine (and the line the run's log prints).
+    pub fn engine_amx(&self) -> &crate::engine_sync::AmxChoice {
+        self.engine.amx()
+    }
+
+    /// Whether the engine samples from its own copy packed for the CPU's AMX unit now.
+    pub fn engine_packed_for_amx(&self) -> bool {
+        self.engine.copy_packed_for_amx()
+    }
+
     /// One line naming the policy being trained.
     pub fn describe_policy(&self) -> String {
         self.policy.describe()

@@ -371,6 +371,52 @@ fn the_preflight_reports_bf16_drift_and_refuses_raw_logprobs() -> anyhow::Result
     Ok(())
 }
 
+/// `engine.cpu_matmul = "amx"` in a run: the engine samples from its own copy, packed for the
+/// CPU's AMX unit, while the trainer's model stays unpacked (f32); the preflight passes with
+/// a mean gap under 1e-4, and through two GRPO steps (a weight sync before each sampling,
+/// the second after an update) the copy stays packed and each step's engine/trainer gap
+/// (`update.engine_logprob_gap`, measured because the engine has weights of its own) stays
+/// under 1e-4.
+#[test]
+fn an_amx_engine_passes_the_preflight_and_stays_packed_through_training() -> anyhow::Result<()> {
+    if !agentrl_model::fused::amx_matmul::amx_available() {
+        eprintln!("no AMX on this CPU: skipped");
+        return Ok(());
+    }
+    let tmp = tempfile::tempdir()?;
+    let mut keys = strings(&PLAIN_SAMPLING);
+    keys.extend(strings(&[
+        "engine.cpu_matmul=\"amx\"",
+        "train.format_warmup_steps=0",
+        "train.steps=2",
+        "rollout.tasks_per_step=1",
+    ]));
+    let (mut trainer, _) = Trainer::create(qwen3_config(tmp.path(), tiny_qwen3(), &keys)?)?;
+    eprintln!("{}", trainer.engine_amx().note.as_deref().unwrap_or(""));
+    let report = trainer.preflight.as_ref().expect("the preflight ran");
+    eprintln!("AMX engine: {}", report.summary());
+    assert!(report.refusal.is_none());
+    assert!(
+        report.expected.mean_abs_gap < 1e-4,
+        "{}",
+        report.expected.mean_abs_gap
+    );
+    assert!(trainer.engine_packed_for_amx());
+    let trainer_model = trainer.policy.as_any().downcast_ref::<Qwen3>().unwrap();
+    assert!(!trainer_model.packed_for_amx(), "the trainer stays f32");
+    while trainer.state.step < trainer.config.train.steps {
+        let record = trainer.step()?;
+        let gap = record.update.engine_logprob_gap;
+        eprintln!(
+            "step {}: engine/trainer mean gap {gap:.2e}",
+            trainer.state.step
+        );
+        assert!(gap < 1e-4, "{gap}");
+        assert!(trainer.engine_packed_for_amx(), "the sync kept the packing");
+    }
+    Ok(())
+}
+
 /// The trainer against `agentrl serve` over loopback (vLLM's routes): with the server's
 /// temperature forced to 0.5 while the config samples at 1.0, the preflight names the
 /// temperature and refuses; an honest server passes, after the LoRA adapter sync.

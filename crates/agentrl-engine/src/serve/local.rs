@@ -65,6 +65,8 @@ impl ServableDecoder for Qwen3 {
         self.config().vocab_size
     }
 
+    /// The clone shares this model's base weights and their AMX packing; the adapter's delta
+    /// runs in f32 beside it.
     fn with_lora(&self, dir: &Path) -> anyhow::Result<Self> {
         let mut model = self.clone();
         model
@@ -79,8 +81,13 @@ impl ServableDecoder for Qwen3 {
             device: self.device().clone(),
             trainable: false,
         };
-        Qwen3::load(dir, &options)
-            .with_context(|| format!("loading the model from {}", dir.display()))
+        let mut model = Qwen3::load(dir, &options)
+            .with_context(|| format!("loading the model from {}", dir.display()))?;
+        // A server started with `--cpu-matmul amx` stays on it with the new weights.
+        if self.packed_for_amx() {
+            model.pack_for_amx()?;
+        }
+        Ok(model)
     }
 
     /// One full forward pass (inference kernels), not one decoding step per position.

@@ -1,6 +1,7 @@
 //! The local engine over a tiny random Qwen3: sampled log-probs against the trainer's full
 //! forward pass (the `TemperatureScaled` contract), stops and length caps, seeding, prefix
-//! caching, the `Raw`/`Processed` log-prob modes, and a bf16 replica against the f32 trainer.
+//! caching, the `Raw`/`Processed` log-prob modes, and bf16 and AMX replicas against the f32
+//! trainer.
 
 use agentrl_engine::{
     scaled_log_softmax, Completion, Engine, FinishReason, GenerateParams, GenerateRequest,
@@ -372,4 +373,116 @@ fn a_shared_sync_drops_the_prefix_cache() {
         let gap = max_gap(gen, &trainer_logprobs(&model, prompt, &gen.tokens, 1.0));
         assert!(gap < 1e-4, "{gap}");
     }
+}
+
+/// A replica packed for the CPU's AMX unit (`engine.cpu_matmul = "amx"`, `agentrl serve
+/// --cpu-matmul amx`): over 20 rows (past the 16 from which the AMX path runs, in decoding
+/// steps as well as prefill) its log-probs are the f32 trainer's within 1e-4 yet not the f32
+/// replica's to the bit (the path ran), and after the trainer moves, `sync_from` leaves it
+/// packed and on the new weights. The trainer's own model is never packed.
+#[test]
+fn an_amx_replica_tracks_the_f32_trainer_and_stays_packed_after_a_sync() {
+    if !agentrl_model::fused::amx_matmul::amx_available() {
+        eprintln!("no AMX on this CPU: skipped");
+        return;
+    }
+    // Every weight a whole number of 32 x 32 blocks (the LM head too: 128 tokens). Weights of
+    // std 0.1: at 0.3, a much sharper model, the gap reached 2.1e-4 (ARCHITECTURE.md records
+    // 1.05e-4 on the sharp tiny fixtures; 3e-5 on the 0.6B shape); here it is 5-6e-5.
+    let config = Qwen3Config {
+        vocab_size: 128,
+        hidden_size: 64,
+        intermediate_size: 128,
+        num_hidden_layers: 2,
+        num_attention_heads: 4,
+        num_key_value_heads: 2,
+        head_dim: 16,
+        rms_norm_eps: 1e-6,
+        rope_theta: 10_000.0,
+        tie_word_embeddings: false,
+        max_position_embeddings: MAX_POSITIONS,
+    };
+    let options = LoadOptions {
+        dtype: DType::F32,
+        device: Device::Cpu,
+        trainable: true,
+    };
+    let model = Qwen3::random(config, 9, 0.1, &options).unwrap();
+    let prompts: Vec<Vec<u32>> = (0..20u32)
+        .map(|r| {
+            (0..3 + r % 9)
+                .map(|i| (r * 29 + i * 11 + 1) % 128)
+                .collect()
+        })
+        .collect();
+    let knobs = params(sampling(1.0, 1.0, 0), 8, &[]);
+    let mut replica = Qwen3Replica::new(&model, DType::F32, &Device::Cpu).unwrap();
+    assert!(replica.pack_for_amx().unwrap());
+    let mut packed = LocalEngine::new(replica);
+    let mut plain = LocalEngine::new(Qwen3Replica::new(&model, DType::F32, &Device::Cpu).unwrap());
+    let worst = |engine: &mut LocalEngine<Qwen3Replica>, model: &Qwen3| {
+        let gens = engine.generate(&requests(&prompts, 3), &knobs).unwrap();
+        let mut worst = 0f64;
+        for (prompt, gen) in prompts.iter().zip(&gens) {
+            worst = worst.max(max_gap(
+                gen,
+                &trainer_logprobs(model, prompt, &gen.tokens, 1.0),
+            ));
+        }
+        (worst, gens)
+    };
+    let (gap, amx) = worst(&mut packed, &model);
+    let (_, f32_path) = worst(&mut plain, &model);
+    eprintln!("AMX replica vs f32 trainer: max |log-prob gap| = {gap:.3e}");
+    assert!(gap <= 1e-4, "{gap}");
+    assert_ne!(
+        amx.iter().map(|g| &g.logprobs).collect::<Vec<_>>(),
+        f32_path.iter().map(|g| &g.logprobs).collect::<Vec<_>>(),
+        "the AMX path ran"
+    );
+    assert!(!model.packed_for_amx(), "the trainer's model is not packed");
+
+    for (_, var) in model.trainable_vars() {
+        var.set(&(var.as_tensor() * 1.1).unwrap()).unwrap();
+    }
+    packed.sync_from(&model, 1).unwrap();
+    assert!(
+        packed.decoder().model().packed_for_amx(),
+        "a sync keeps the packing"
+    );
+    let (gap, fresh) = worst(&mut packed, &model);
+    eprintln!("after a sync: max |log-prob gap| = {gap:.3e}");
+    assert!(gap <= 1e-4, "after sync: {gap}");
+    assert!(fresh.iter().all(|g| g.weight_version == 1));
+}
+
+/// `agentrl serve --cpu-matmul amx`: a served model packed for AMX stays packed when a LoRA
+/// adapter is applied (the clone shares the packed base) and when full weights are loaded
+/// from a folder (SGLang's `update_weights_from_disk`: packed again); an unpacked one stays
+/// unpacked.
+#[test]
+fn a_served_amx_model_stays_packed_through_weight_loads() {
+    use agentrl_engine::serve::ServableDecoder;
+    if !agentrl_model::fused::amx_matmul::amx_available() {
+        eprintln!("no AMX on this CPU: skipped");
+        return;
+    }
+    let plain = trainer(10, false);
+    let mut packed = plain.clone();
+    assert!(packed.pack_for_amx().unwrap());
+    let tmp = tempfile::tempdir().unwrap();
+    let (full, adapter) = (tmp.path().join("full"), tmp.path().join("adapter"));
+    plain.save(&full).unwrap();
+    let lora = LoraConfig {
+        rank: 2,
+        alpha: 4.0,
+        target_modules: vec!["q_proj".into(), "down_proj".into()],
+    };
+    let mut adapted = plain.clone();
+    adapted.add_lora(&lora, 4).unwrap();
+    adapted.save_lora_peft(&adapter, &lora, "tiny").unwrap();
+    assert!(packed.with_lora(&adapter).unwrap().packed_for_amx());
+    assert!(packed.load_folder(&full).unwrap().packed_for_amx());
+    assert!(!plain.with_lora(&adapter).unwrap().packed_for_amx());
+    assert!(!plain.load_folder(&full).unwrap().packed_for_amx());
 }

@@ -28,7 +28,8 @@
 //! disjoint column blocks, so every output is summed in one fixed order: the result does not
 //! depend on the thread count.
 //!
-//! **Where.** Opt-in ([`crate::qwen3::Qwen3::pack_for_amx`]; `bench qwen3` times both paths),
+//! **Where.** Opt-in ([`crate::qwen3::Qwen3::pack_for_amx`], chosen by [`CpuMatmul`]: the run
+//! config's `engine.cpu_matmul`, `agentrl serve --cpu-matmul`; `bench qwen3` times both paths),
 //! and only on Linux x86-64 CPUs with AMX-BF16 (Sapphire Rapids and later), after the kernel
 //! grants the process the tile state (`arch_prctl(ARCH_REQ_XCOMP_PERM)`), for `K` and `N`
 //! multiples of 32 (every Qwen3 size). Not the default because its ~1e-4 log-prob error is
@@ -39,6 +40,7 @@ use std::sync::OnceLock;
 
 use half::bf16;
 use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
 
 /// Inputs and output columns per tile step; packed weights need both dimensions divisible by it.
 pub const BLOCK: usize = 32;
@@ -52,6 +54,54 @@ const TILE_VALUES: usize = TILE_ROWS * 32;
 pub fn amx_available() -> bool {
     static READY: OnceLock<bool> = OnceLock::new();
     *READY.get_or_init(arch::request_tiles)
+}
+
+/// Which kernel multiplies a Qwen3's frozen f32 weights on the CPU when it scores or samples:
+/// the run config's `engine.cpu_matmul` and `agentrl serve --cpu-matmul`. Never the trainer's
+/// own forwards: they stay on the f32 GEMM every test pins.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CpuMatmul {
+    /// The f32 GEMM (the default; ~1e-6 from transformers' log-probs).
+    #[default]
+    F32,
+    /// This module's bf16x3 path (`Qwen3::pack_for_amx`; ~1e-4): an error where the CPU has no
+    /// AMX, so asking for it never silently falls back.
+    Amx,
+    /// AMX where this CPU has it, else f32.
+    Auto,
+}
+
+impl CpuMatmul {
+    /// The name the config and the command line use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::F32 => "f32",
+            Self::Amx => "amx",
+            Self::Auto => "auto",
+        }
+    }
+
+    /// Whether to pack for the AMX path on this machine; `knob` names the setting in the
+    /// error `Amx` gives on a CPU without AMX.
+    pub fn wants_amx(self, knob: &str) -> anyhow::Result<bool> {
+        match self {
+            Self::F32 => Ok(false),
+            Self::Amx if amx_available() => Ok(true),
+            Self::Amx => anyhow::bail!(
+                "{knob} = \"amx\": this CPU has no AMX (Sapphire Rapids or later, Linux x86-64, \
+                 the `amx_tile` flag of /proc/cpuinfo) or the kernel refused the tile state; \
+                 use \"auto\" (AMX where present) or \"f32\""
+            ),
+            Self::Auto => Ok(amx_available()),
+        }
+    }
+}
+
+impl std::fmt::Display for CpuMatmul {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Whether a `[k, n]` weight can be packed for the AMX path.

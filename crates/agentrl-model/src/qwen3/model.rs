@@ -375,6 +375,12 @@ impl Qwen3 {
         Ok(packed_any || self.head_packed.is_some())
     }
 
+    /// Whether any weight is packed for the AMX path ([`Qwen3::pack_for_amx`]), so that its
+    /// inference forwards of 16 rows or more run there.
+    pub fn packed_for_amx(&self) -> bool {
+        self.head_packed.is_some() || self.linears().iter().any(|(_, l)| l.packed.is_some())
+    }
+
     /// A frozen copy of this model for an inference engine: every base weight copied into
     /// storage of its own in `dtype` on `device` (so a bf16 engine can run against an f32
     /// trainer), nothing registered as trainable, and no autograd link back to this model.
@@ -424,8 +430,10 @@ impl Qwen3 {
     }
 
     /// Overwrites this inference copy (see [`Qwen3::inference_copy`]) with `source`'s current
-    /// weights and adapters, keeping this copy's dtype and device: how an engine-side copy
-    /// catches up after a trainer update.
+    /// weights and adapters, keeping this copy's dtype and device, and its AMX packing
+    /// ([`Qwen3::pack_for_amx`]: the new weights are packed again, so an engine opted into AMX
+    /// stays on it after every weight sync): how an engine-side copy catches up after a
+    /// trainer update.
     pub fn copy_weights_from(&mut self, source: &Qwen3) -> Result<()> {
         if !self.base_vars.is_empty() {
             bail!(
@@ -442,7 +450,11 @@ impl Qwen3 {
             );
         }
         let device = self.device.clone();
+        let amx = self.packed_for_amx();
         *self = source.inference_copy(self.dtype, &device)?;
+        if amx {
+            self.pack_for_amx()?;
+        }
         Ok(())
     }
 

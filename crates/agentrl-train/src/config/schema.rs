@@ -128,6 +128,14 @@ pub struct EngineConfig {
     /// Sample in a copy of the weights in this dtype ("f32" shares the trainer's weights;
     /// "bf16" samples in bf16, a numeric mismatch the metrics report).
     pub dtype: String,
+    /// Which kernel multiplies the local engine's frozen Qwen3 weights on the CPU: "f32" (the
+    /// f32 GEMM), "amx" (bf16x3 on the CPU's AMX unit, ~1.65x faster scoring and ~1e-4 from
+    /// the trainer's log-probs; an error where the CPU has none) or "auto" (AMX where present,
+    /// logged). AMX gives the engine a copy of its own, packed again at every weight sync; the
+    /// trainer's forwards stay f32 ([`crate::engine_sync`]). Qwen3 with the local engine and
+    /// `dtype = "f32"` only. Defaults to "f32" when absent (run folders from before the knob).
+    #[serde(default)]
+    pub cpu_matmul: agentrl_model::fused::amx_matmul::CpuMatmul,
     /// Gaussian noise (std, in nats) added to every log-prob the engine reports: an injected
     /// engine/trainer mismatch for experiments and for the doctor's tests. 0 = none.
     pub logprob_noise: f64,

@@ -2,6 +2,7 @@
 //! (errors), or that some users do mean (warnings). Everything is checked before a run
 //! directory is created, so a bad config never leaves a directory behind.
 
+use agentrl_model::fused::amx_matmul::CpuMatmul;
 use anyhow::bail;
 
 use super::schema::Config;
@@ -16,6 +17,14 @@ pub struct Validation {
 
 /// `train.threads` above this many per core is refused: the pool would only contend.
 const MAX_THREADS_PER_CORE: usize = 4;
+
+/// The error of `engine.cpu_matmul = "amx"` where it cannot apply, for the reason `why`.
+pub(crate) fn amx_refusal(why: &str) -> String {
+    format!(
+        "engine.cpu_matmul = \"amx\" packs the local engine's Qwen3 weights for the CPU's AMX \
+         unit, but {why}: set engine.cpu_matmul = \"f32\" (or \"auto\")"
+    )
+}
 
 fn positive_finite(x: f64) -> bool {
     x.is_finite() && x > 0.0
@@ -243,7 +252,43 @@ impl Config {
                 e.max_staleness
             ));
         }
+        if e.cpu_matmul == CpuMatmul::Amx {
+            if let Some(why) = self.cpu_matmul_inapplicable() {
+                errors.push(amx_refusal(&why));
+            } else if let Err(err) = e.cpu_matmul.wants_amx("engine.cpu_matmul") {
+                errors.push(err.to_string());
+            }
+        }
         Validation { errors, warnings }
+    }
+
+    /// Why `engine.cpu_matmul` cannot put this run's engine on the AMX path (`None` where it
+    /// can): it multiplies a local engine's f32 Qwen3 weights only. `"amx"` is refused with
+    /// this reason; `"auto"` falls back to f32 and says so. (The device, known only once the
+    /// model is built, is checked by [`crate::engine_sync::EngineSync::new`].)
+    pub fn cpu_matmul_inapplicable(&self) -> Option<String> {
+        let e = &self.engine;
+        if self.model.kind != super::ModelKind::Qwen3 {
+            Some(
+                "model.kind = \"tiny\": TinyAgent's decoder has no AMX path (it needs \
+                 model.kind = \"qwen3\")"
+                    .into(),
+            )
+        } else if e.kind != super::EngineKind::Local {
+            Some(format!(
+                "engine.kind = {:?} samples on inference servers, not the local engine (an \
+                 `agentrl serve` server takes --cpu-matmul amx)",
+                e.kind
+            ))
+        } else if e.dtype != "f32" {
+            Some(format!(
+                "engine.dtype = {:?}: the AMX path multiplies f32 weights (bf16x3), it needs \
+                 engine.dtype = \"f32\"",
+                e.dtype
+            ))
+        } else {
+            None
+        }
     }
 
     /// [`Config::validate`], failing on the error list and returning the warnings.

@@ -432,3 +432,54 @@ fn resolution_fills_preset_values_and_respects_overrides() {
         agentrl_train::algo::Algorithm::Ppo.preset()
     );
 }
+
+/// `engine.cpu_matmul` (the AMX path of the local engine's Qwen3): `"amx"` is refused, naming
+/// the key and the reason, wherever it cannot apply (TinyAgent, inference servers, a bf16
+/// engine) and on a CPU without AMX; `"auto"` is accepted anywhere (it falls back to f32); the
+/// resolved value is written out with the rest of the config.
+#[test]
+fn cpu_matmul_amx_is_refused_where_it_cannot_apply() -> anyhow::Result<()> {
+    use agentrl_model::fused::amx_matmul::{amx_available, CpuMatmul};
+    assert_eq!(with(&[])?.engine.cpu_matmul, CpuMatmul::F32);
+    let refused = |sets: &[&str], why: &str| {
+        let errors = errors_of(sets);
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("engine.cpu_matmul") && e.contains(why)),
+            "{sets:?}: {errors:?}"
+        );
+    };
+    refused(&["engine.cpu_matmul=amx"], "model.kind = \"tiny\"");
+    let qwen3 = ["model.kind=qwen3", "engine.cpu_matmul=amx"];
+    refused(
+        &[
+            &qwen3[..],
+            &[
+                "engine.kind=vllm",
+                "engine.endpoints=[\"http://127.0.0.1:1\"]",
+            ],
+        ]
+        .concat(),
+        "engine.kind",
+    );
+    refused(
+        &[&qwen3[..], &["engine.dtype=bf16"]].concat(),
+        "engine.dtype",
+    );
+    if amx_available() {
+        assert_eq!(errors_of(&qwen3), Vec::<String>::new());
+    } else {
+        refused(&qwen3, "no AMX");
+    }
+    assert_eq!(errors_of(&["engine.cpu_matmul=auto"]), Vec::<String>::new());
+    let err = with(&["engine.cpu_matmul=bf16"]).unwrap_err();
+    assert!(format!("{err:#}").contains("cpu_matmul"), "{err:#}");
+    let auto = with(&["engine.cpu_matmul=auto"])?;
+    assert!(auto.to_toml()?.contains("cpu_matmul = \"auto\""));
+    assert_eq!(
+        parse_config_file_from_str(&auto.to_toml()?)?.engine,
+        auto.engine
+    );
+    Ok(())
+}

@@ -12,6 +12,7 @@ mod algo;
 mod common;
 mod config;
 mod distill;
+mod engine_amx;
 mod gdpo;
 mod import_graph;
 mod metrics;
