@@ -360,3 +360,53 @@ fn inference_copy_is_detached_and_refreshed_by_copy_weights_from() {
     let err = other.copy_weights_from(&trainer).unwrap_err().to_string();
     assert!(err.contains("config"), "{err}");
 }
+
+#[test]
+fn a_sync_from_a_frozen_base_refreshes_the_adapters_and_keeps_the_base() {
+    // LoRA training: the trainer's base is frozen, only its adapters move.
+    let lora = LoraConfig {
+        rank: 2,
+        alpha: 4.0,
+        target_modules: vec!["q_proj".into(), "v_proj".into()],
+    };
+    let frozen = |seed| {
+        let mut model =
+            Qwen3::random(config(false), seed, 0.3, &options(DType::F32, false)).unwrap();
+        model.add_lora(&lora, 3).unwrap();
+        model
+    };
+    let move_adapters = |model: &Qwen3, by: f64| {
+        for (_, var) in model.lora_vars() {
+            var.set(&(var.as_tensor() + by).unwrap()).unwrap();
+        }
+    };
+    let trainer = frozen(11);
+    assert!(trainer.base_vars().is_empty());
+    move_adapters(&trainer, 0.01);
+    let ids = sequence(9, 10);
+    let mut copy = trainer.inference_copy(DType::F32, &Device::Cpu).unwrap();
+    let copied_base = copy.clone();
+    move_adapters(&trainer, 0.02);
+    let after = full_logits(&trainer, &ids);
+    assert!(max_abs_diff(&full_logits(&copy, &ids)[8], &after[8]) > 1e-3);
+    copy.copy_weights_from(&trainer).unwrap();
+    for (a, b) in full_logits(&copy, &ids).iter().zip(&after) {
+        assert!(max_abs_diff(a, b) < 1e-6);
+    }
+    // The base was not copied again (nor, on the AMX path, packed again).
+    assert!(copy.shares_base_with(&copied_base));
+    // The copy's adapters are its own: a later trainer update does not leak into it.
+    move_adapters(&trainer, 0.02);
+    assert!(max_abs_diff(&full_logits(&copy, &ids)[8], &after[8]) < 1e-6);
+    // Another base (a new model behind the same config) is copied in full.
+    let other = frozen(12);
+    move_adapters(&other, 0.01);
+    copy.copy_weights_from(&other).unwrap();
+    assert!(!copy.shares_base_with(&copied_base));
+    for (a, b) in full_logits(&copy, &ids)
+        .iter()
+        .zip(&full_logits(&other, &ids))
+    {
+        assert!(max_abs_diff(a, b) < 1e-6);
+    }
+}

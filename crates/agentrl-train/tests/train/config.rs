@@ -334,7 +334,10 @@ fn nonsense_knob_combinations_are_errors() {
         (&["algorithm.dual_clip_c=0.5"], "dual_clip_c"),
         (&["algorithm.name=rloo", "rollout.group_size=1"], "rloo"),
         (&["model.d_model=30", "model.heads=4"], "multiple"),
-        (&["train.format_warmup_steps=60"], "no RL steps"),
+        (
+            &["train.steps=60", "train.format_warmup_steps=60"],
+            "no RL steps",
+        ),
         (
             &[
                 "train.format_warmup_kl_anchor=true",
