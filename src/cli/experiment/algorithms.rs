@@ -37,12 +37,7 @@ pub(crate) const EXPERIMENT: Experiment = Experiment {
         "optim.lr=3e-3",
     ],
     arms: &[
-        // GRPO's entropy bonus when this was recorded; the preset has since moved to 0.02
-        // for TinyAgent's default run (algo/grpo.rs), and a re-run takes about 80 minutes.
-        arm(
-            "grpo",
-            &["algorithm.name=\"grpo\"", "algorithm.entropy_coef=0.01"],
-        ),
+        arm!("grpo"),
         arm!("dr_grpo"),
         arm!("dapo"),
         arm!("rloo"),
