@@ -60,6 +60,25 @@ fn finished_run(
     Ok((tmp, run))
 }
 
+/// A run may resume on a machine without an AMX unit: `engine.cpu_matmul` is one of the keys
+/// `--resume` may change, and the change is recorded like the others.
+#[test]
+fn a_resume_may_change_the_engine_s_cpu_matmul() -> anyhow::Result<()> {
+    let (_tmp, run) = finished_run("cpu-matmul", &[])?;
+    let trainer = Trainer::resume(
+        &run,
+        &["train.steps=3".into(), "engine.cpu_matmul=\"auto\"".into()],
+    )?;
+    assert_eq!(
+        trainer.config.engine.cpu_matmul,
+        agentrl_model::fused::amx_matmul::CpuMatmul::Auto
+    );
+    run_rl_session(trainer, &quiet(false))?;
+    let changes = std::fs::read_to_string(run.join("config_changes.jsonl"))?;
+    assert!(changes.contains("engine.cpu_matmul"), "{changes}");
+    Ok(())
+}
+
 #[test]
 fn a_finished_run_is_extended_with_recorded_overrides_and_others_are_refused() -> anyhow::Result<()>
 {
