@@ -84,8 +84,9 @@ impl Qwen3Replica {
 
     /// Packs the replica's frozen f32 weights for the CPU's AMX unit ([`Qwen3::pack_for_amx`]),
     /// so its prefills and decoding steps of 16 rows or more run there; [`Self::refresh`]
-    /// packs every new copy again. Returns whether anything was packed (false on a CPU without
-    /// AMX, for a bf16 or GPU replica, or where no weight is a whole number of 32 × 32 blocks).
+    /// keeps it packed (a LoRA sync keeps the packed base, a new base is packed again).
+    /// Returns whether anything was packed (false on a CPU without AMX, for a bf16 or GPU
+    /// replica, or where no weight is a whole number of 32 × 32 blocks).
     pub fn pack_for_amx(&mut self) -> anyhow::Result<bool> {
         self.model.pack_for_amx()
     }
