@@ -226,6 +226,7 @@ pub fn tiny_config(config: &Config, codec: &TinyCodec) -> TinyConfig {
             Vec::new()
         },
         pointer_segment_end: codec.vocab().obs_end_id(),
+        pointer_pool: config.model.pointer_pool,
         ..TinyConfig::for_vocab(codec.vocab().len())
     }
 }

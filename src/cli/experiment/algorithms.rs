@@ -35,6 +35,9 @@ pub(crate) const EXPERIMENT: Experiment = Experiment {
         "rollout.group_size=8",
         "train.episodes_every=0",
         "optim.lr=3e-3",
+        // The recorded result's candidate keys: TinyAgent's pointer head pooled them by the mean
+        // until the default moved to "mean-last" (configs/default.toml).
+        "model.pointer_pool=\"mean\"",
     ],
     arms: &[
         arm!("grpo"),

@@ -69,6 +69,9 @@ pub(crate) const EXPERIMENT: Experiment = Experiment {
         "train.episodes_every=1",
         "optim.lr=3e-3",
         "reward.require_submit=true",
+        // The recorded result's candidate keys: TinyAgent's pointer head pooled them by the mean
+        // until the default moved to "mean-last" (configs/default.toml).
+        "model.pointer_pool=\"mean\"",
     ],
     arms: &[
         // GRPO's entropy bonus before the preset moved to 0.02 (algo/grpo.rs), pinned so

@@ -22,6 +22,9 @@ pub(crate) const EXPERIMENT: Experiment = Experiment {
         "optim.lr=3e-2",
         "algorithm.minibatches=4",
         "eval.samples=8",
+        // The recorded result's candidate keys: TinyAgent's pointer head pooled them by the mean
+        // until the default moved to "mean-last" (configs/default.toml).
+        "model.pointer_pool=\"mean\"",
     ],
     arms: &[
         Arm {

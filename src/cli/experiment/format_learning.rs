@@ -59,6 +59,9 @@ pub(crate) const EXPERIMENT: Experiment = Experiment {
         // The recorded result's rate: the default was 1e-3 until TinyAgent's default run
         // moved to 5e-4 (configs/default.toml); pinned so the recorded verdict still holds.
         "optim.lr=1e-3",
+        // The recorded result's candidate keys: TinyAgent's pointer head pooled them by the mean
+        // until the default moved to "mean-last" (configs/default.toml).
+        "model.pointer_pool=\"mean\"",
     ],
     arms: &[
         // As many RL steps as the others have after their warm-up.

@@ -45,6 +45,9 @@ pub(crate) const EXPERIMENT: Experiment = Experiment {
         "train.episodes_every=1",
         "optim.lr=3e-3",
         "algorithm.entropy_coef=0",
+        // The recorded result's candidate keys: TinyAgent's pointer head pooled them by the mean
+        // until the default moved to "mean-last" (configs/default.toml).
+        "model.pointer_pool=\"mean\"",
     ],
     arms: &[
         arm("grpo", &["algorithm.name=\"grpo\""]),

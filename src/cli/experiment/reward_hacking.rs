@@ -24,6 +24,9 @@ pub(crate) const EXPERIMENT: Experiment = Experiment {
         "optim.lr=1e-3",
         // GRPO's entropy bonus before the preset moved to 0.02 (crates/agentrl-train/src/algo/grpo.rs).
         "algorithm.entropy_coef=0.01",
+        // The recorded result's candidate keys: TinyAgent's pointer head pooled them by the mean
+        // until the default moved to "mean-last" (configs/default.toml).
+        "model.pointer_pool=\"mean\"",
     ],
     arms: &[
         Arm {

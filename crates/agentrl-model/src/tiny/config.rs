@@ -28,6 +28,52 @@ pub struct TinyConfig {
     /// The token that closes the segment holding the candidates (the task observation's
     /// `</obs>`); pointer logits apply from its position on.
     pub pointer_segment_end: u32,
+    /// How the pointer head pools a candidate span's final hidden states into its key.
+    pub pointer_pool: PointerPool,
+}
+
+/// How [`super::TinyAgent::encode_spans`] turns a candidate span's final hidden states into
+/// the one vector its pointer key is projected from.
+///
+/// Why not the mean alone: the BugFix gym's candidates often differ in one token of twenty
+/// (`return round(base - discount, 2)` against `round(base * discount, 2)`, the same line
+/// replaced), and the mean spreads that difference over every position, so the fix's key and
+/// its decoy's nearly coincide and the policy needs large weights to tell them apart. The last
+/// position of the causal blocks has attended to the whole span, so it keeps the difference
+/// whole. Measured with `agentrl bench train` (seeds 1-40, the default run otherwise):
+/// `mean` reaches 90% on train in 36 of 40 seeds, `mean-last` in 39, and every seed that
+/// reaches it does so with heldout at 100% (2 of 8 seeds stopped at 87.5% with `mean`);
+/// the last position alone reached it in 7 of 8 (seeds 1-8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PointerPool {
+    /// The mean over the span's positions (TinyAgent's pooling until 2026-12-06).
+    Mean,
+    /// Half the mean plus half the span's last position.
+    MeanLast,
+}
+
+impl PointerPool {
+    /// The pooling of run folders written before the choice existed (their config has no
+    /// `model.pointer_pool`), so that they resume and evaluate as they were trained.
+    pub fn before_the_choice() -> Self {
+        Self::Mean
+    }
+
+    /// The weight of each of a `len`-token span's positions (they sum to 1).
+    pub fn weights(self, len: usize) -> Vec<f32> {
+        let mut weights = vec![0f32; len];
+        let Some(last) = len.checked_sub(1) else {
+            return weights;
+        };
+        let (mean_share, last_share) = match self {
+            Self::Mean => (1.0, 0.0),
+            Self::MeanLast => (0.5, 0.5),
+        };
+        weights.fill(mean_share / len as f32);
+        weights[last] += last_share;
+        weights
+    }
 }
 
 impl TinyConfig {
@@ -45,6 +91,7 @@ impl TinyConfig {
             rms_eps: 1e-5,
             pointer_markers: Vec::new(),
             pointer_segment_end: 0,
+            pointer_pool: PointerPool::MeanLast,
         }
     }
 }

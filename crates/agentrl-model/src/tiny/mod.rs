@@ -15,8 +15,10 @@
 //! policy trained through it learns *where* fixes tend to sit rather than *what* they say. So
 //! the logit of marker `Ck` is replaced, from the end of the task observation on, by a
 //! pointer score `(W_q h_t) · (W_k m_k) / sqrt(d)`: `h_t` is the decision state and `m_k` the
-//! mean final hidden state of candidate `k`'s span (the tokens between `Ck … Ck`), encoded by
-//! the same blocks as a sequence of its own. A candidate's key therefore depends on its content
+//! pooled final hidden states of candidate `k`'s span (the tokens between `Ck … Ck`), encoded
+//! by the same blocks as a sequence of its own ([`PointerPool`]: half their mean and half the
+//! last position by default, so a one-token difference between a fix and its decoy is not
+//! averaged away). A candidate's key therefore depends on its content
 //! only, not on its slot or on its neighbours, and what is learned about one task carries over
 //! to the same fix listed elsewhere. Candidates the task does not list keep their LM-head logit
 //! (choosing one is a format error the policy must learn to avoid). The training forward and
@@ -75,7 +77,7 @@ use block::{dense, AttentionMask, Block};
 pub use pointer::SpanScan;
 
 pub use cache::KvCache;
-pub use config::TinyConfig;
+pub use config::{PointerPool, TinyConfig};
 pub use decode::DecodeCache;
 
 /// What TinyAgent's forward passes return: logits and the value head's estimates.

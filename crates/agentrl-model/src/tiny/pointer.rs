@@ -76,9 +76,10 @@ pub(super) struct PointerRow {
 impl TinyAgent {
     /// Encodes the candidate spans of each row on their own: every distinct span is run
     /// through the blocks as a separate sequence (positions from 0) and its final hidden states
-    /// are averaged, so a candidate's key depends on its content only, never on where it sits
-    /// in the prompt or which candidates come before it. Returns `[rows, K, d]`, zero rows for
-    /// absent candidates.
+    /// are pooled (`cfg.pointer_pool`: the mean, or half the mean and half the last position),
+    /// so a candidate's key depends on its content only, never on where it sits in the prompt
+    /// or which candidates come before it. Returns `[rows, K, d]`, zero rows for absent
+    /// candidates.
     // Public for the integration tests (tests/model/tiny_agent.rs).
     #[doc(hidden)]
     pub fn encode_spans(&self, scans: &[SpanScan]) -> candle_core::Result<Tensor> {
@@ -112,8 +113,8 @@ impl TinyAgent {
             let mut pool = vec![0f32; n * longest];
             for (i, span) in distinct.iter().enumerate() {
                 ids[i * longest..i * longest + span.len()].copy_from_slice(span);
-                let weight = 1.0 / span.len() as f32;
-                pool[i * longest..i * longest + span.len()].fill(weight);
+                pool[i * longest..i * longest + span.len()]
+                    .copy_from_slice(&self.cfg.pointer_pool.weights(span.len()));
             }
             let ids = Tensor::from_vec(ids, (n, longest), &self.device)?;
             let h = self.hidden(&ids)?;

@@ -2,7 +2,7 @@
 //! pointer head and its span encoding, the ragged KV-cached path against the full forward, and
 //! save/load.
 
-use agentrl_model::tiny::SpanScan;
+use agentrl_model::tiny::{PointerPool, SpanScan};
 use agentrl_model::{KvCache, TinyAgent, TinyConfig};
 use candle_core::{DType, Device, IndexOp, Tensor, D};
 
@@ -17,6 +17,7 @@ pub(crate) fn small() -> TinyConfig {
         rms_eps: 1e-5,
         pointer_markers: Vec::new(),
         pointer_segment_end: 0,
+        pointer_pool: PointerPool::MeanLast,
     }
 }
 
@@ -143,6 +144,54 @@ fn encoded_spans_depend_on_content_not_on_order() {
         row(0, 1).iter().all(|&x| x == 0.0),
         "absent candidate encodes to zeros"
     );
+}
+
+/// `mean-last` pools half the mean and half the last position. The blocks are causal, so a
+/// span's prefix has the same hidden states as the span's first positions, and the last
+/// position's state is `n·mean(span) − (n−1)·mean(prefix)`, from two `mean` encodings of a
+/// model with the same weights.
+#[test]
+fn mean_last_pooling_is_half_the_mean_and_half_the_last_position() {
+    let model = |pool| {
+        let cfg = TinyConfig {
+            pointer_pool: pool,
+            ..small_pointer()
+        };
+        TinyAgent::new(cfg, 5, &Device::Cpu).unwrap()
+    };
+    let (mean_model, mean_last_model) = (model(PointerPool::Mean), model(PointerPool::MeanLast));
+    let encode = |model: &TinyAgent, span: &[u32]| {
+        let mut tokens = vec![1, 13];
+        tokens.extend_from_slice(span);
+        tokens.extend([13, 4]);
+        let mut scan = SpanScan::new(model.config());
+        for (p, &t) in tokens.iter().enumerate() {
+            scan.feed(t, p, model.config());
+        }
+        let encoded = model.encode_spans(&[scan]).unwrap();
+        encoded.i((0, 0)).unwrap().to_vec1::<f32>().unwrap()
+    };
+    let span = [7, 8, 9, 10, 11];
+    let n = span.len() as f32;
+    let mean = encode(&mean_model, &span);
+    let prefix_mean = encode(&mean_model, &span[..span.len() - 1]);
+    let got = encode(&mean_last_model, &span);
+    assert_ne!(got, mean);
+    for i in 0..got.len() {
+        let last = n * mean[i] - (n - 1.0) * prefix_mean[i];
+        let want = 0.5 * mean[i] + 0.5 * last;
+        assert!(
+            (got[i] - want).abs() < 1e-4,
+            "dim {i}: {} vs {want}",
+            got[i]
+        );
+    }
+    assert_eq!(
+        PointerPool::MeanLast.weights(4),
+        vec![0.125, 0.125, 0.125, 0.625]
+    );
+    assert_eq!(PointerPool::Mean.weights(4), vec![0.25; 4]);
+    assert!(PointerPool::MeanLast.weights(0).is_empty());
 }
 
 #[test]

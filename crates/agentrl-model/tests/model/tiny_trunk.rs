@@ -7,6 +7,7 @@
 
 use candle_core::{Device, Tensor, D};
 
+use agentrl_model::tiny::PointerPool;
 use agentrl_model::{ConstrainedPolicy, ForUpdate, LogitBias, Policy, TinyAgent, TinyConfig};
 
 fn config(pointer: bool) -> TinyConfig {
@@ -24,6 +25,7 @@ fn config(pointer: bool) -> TinyConfig {
             Vec::new()
         },
         pointer_segment_end: 4,
+        pointer_pool: PointerPool::MeanLast,
     }
 }
 

@@ -199,6 +199,7 @@ pub(crate) fn model(codec: &TinyCodec, seed: u64) -> TinyAgent {
         // tests built on these rollouts cover it.
         pointer_markers: codec.vocab().candidate_ids(),
         pointer_segment_end: codec.vocab().obs_end_id(),
+        pointer_pool: agentrl_model::tiny::PointerPool::MeanLast,
     };
     TinyAgent::new(cfg, seed, &Device::Cpu).unwrap()
 }

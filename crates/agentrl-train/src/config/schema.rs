@@ -78,6 +78,11 @@ pub struct ModelConfig {
     /// each candidate's span in the task observation) instead of the LM head's fixed rows, so
     /// that choosing an edit means reading the candidates, not remembering a position.
     pub pointer_head: bool,
+    /// How the pointer head pools a candidate span into its key: "mean" or "mean-last" (half
+    /// the mean, half the span's last position; `agentrl_model::tiny::PointerPool` has the
+    /// measurement). Run folders from before the key are read as "mean", as they were trained.
+    #[serde(default = "agentrl_model::tiny::PointerPool::before_the_choice")]
+    pub pointer_pool: agentrl_model::tiny::PointerPool,
 }
 
 /// `[qwen3]`: how a Qwen3 is trained and how its episodes are rendered.
@@ -131,7 +136,8 @@ pub struct EngineConfig {
     /// Which kernel multiplies the local engine's frozen Qwen3 weights on the CPU: "f32" (the
     /// f32 GEMM), "amx" (bf16x3 on the CPU's AMX unit, ~1.65x faster scoring and ~1e-4 from
     /// the trainer's log-probs; an error where the CPU has none) or "auto" (AMX where present,
-    /// logged). AMX gives the engine a copy of its own, packed again at every weight sync; the
+    /// logged). AMX gives the engine a copy of its own, packed at the first weight sync and
+    /// again at each sync of a full-weight run (a LoRA run's syncs copy only its adapters); the
     /// trainer's forwards stay f32 ([`crate::engine_sync`]). Qwen3 with the local engine and
     /// `dtype = "f32"` only. Defaults to "f32" when absent (run folders from before the knob).
     #[serde(default)]

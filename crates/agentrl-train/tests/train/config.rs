@@ -134,6 +134,27 @@ fn parse_config_file_from_str(text: &str) -> anyhow::Result<Config> {
     parse_config_file(&path)
 }
 
+/// The default run pools candidate keys "mean-last"; a run folder written before
+/// `model.pointer_pool` existed resumes and evaluates with the mean it was trained with.
+#[test]
+fn a_run_config_without_pointer_pool_reads_as_the_mean_it_was_trained_with() -> anyhow::Result<()> {
+    use agentrl_model::tiny::PointerPool;
+    let builtin = Config::builtin()?;
+    assert_eq!(builtin.model.pointer_pool, PointerPool::MeanLast);
+    let mut raw: toml::Table = toml::from_str(&builtin.to_toml()?)?;
+    let Some(toml::Value::Table(model)) = raw.get_mut("model") else {
+        anyhow::bail!("no [model] table in the written config");
+    };
+    assert!(model.remove("pointer_pool").is_some());
+    let old = parse_config_file_from_str(&toml::to_string(&raw)?)?;
+    assert_eq!(old.model.pointer_pool, PointerPool::Mean);
+    let chosen = load_config(None, &["model.pointer_pool=\"mean\"".to_string()])?;
+    assert_eq!(chosen.model.pointer_pool, PointerPool::Mean);
+    let err = load_config(None, &["model.pointer_pool=\"max\"".to_string()]).unwrap_err();
+    assert!(format!("{err:#}").contains("pointer_pool"), "{err:#}");
+    Ok(())
+}
+
 #[test]
 fn a_truncated_run_config_is_an_error_naming_the_file() -> anyhow::Result<()> {
     let text = Config::builtin()?.to_toml()?;
