@@ -17,7 +17,7 @@
 //! (`agentrl_gym::service::access`, the rule of `agentrl gym serve` too).
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agentrl_chat::qwen::QwenTokenizer;
@@ -108,6 +108,40 @@ pub enum GenerationConfigSource {
     Vllm,
 }
 
+/// A Qwen3 folder loaded for inference, for `agentrl serve` and `agentrl score`: `--dtype`
+/// ("f32" or "bf16") parsed, and the f32 weights packed for the CPU's AMX unit where
+/// `--cpu-matmul` asks for it (refused, naming the flag, where it cannot apply). Returns the
+/// model and whether it runs on AMX.
+pub(super) fn load_for_inference(
+    dir: &Path,
+    dtype: &str,
+    cpu_matmul: CpuMatmulArg,
+) -> Result<(Qwen3, bool)> {
+    let dtype = match dtype {
+        "f32" => DType::F32,
+        "bf16" => DType::BF16,
+        other => bail!("--dtype must be f32 or bf16, got {other:?}"),
+    };
+    let cpu_matmul = CpuMatmul::from(cpu_matmul);
+    if cpu_matmul == CpuMatmul::Amx && dtype != DType::F32 {
+        bail!("--cpu-matmul amx multiplies f32 weights (bf16x3): it needs --dtype f32");
+    }
+    let amx = dtype == DType::F32 && cpu_matmul.wants_amx("--cpu-matmul")?;
+    let options = LoadOptions {
+        dtype,
+        ..LoadOptions::default()
+    };
+    let mut model = Qwen3::load(dir, &options)
+        .with_context(|| format!("loading the model from {}", dir.display()))?;
+    if amx && !model.pack_for_amx()? {
+        bail!(
+            "--cpu-matmul {cpu_matmul}: no weight of this model could be packed for AMX (each \
+             needs a whole number of 32 x 32 blocks); use --cpu-matmul f32"
+        );
+    }
+    Ok((model, amx))
+}
+
 /// The folder's tokenizer as the server's text codec (special tokens kept both ways, as with
 /// `skip_special_tokens: false`).
 struct QwenText(QwenTokenizer);
@@ -123,34 +157,13 @@ impl TextCodec for QwenText {
 }
 
 pub fn serve(args: ServeArgs) -> Result<()> {
-    let dtype = match args.dtype.as_str() {
-        "f32" => DType::F32,
-        "bf16" => DType::BF16,
-        other => bail!("--dtype must be f32 or bf16, got {other:?}"),
-    };
     let access = AccessRule::for_bind(&args.host, access::key_from(args.api_key_file.as_deref())?)?;
     if !args.model.is_dir() {
         bail!("--model {}: no such folder", args.model.display());
     }
-    let options = LoadOptions {
-        dtype,
-        ..LoadOptions::default()
-    };
-    let cpu_matmul = CpuMatmul::from(args.cpu_matmul);
-    if cpu_matmul == CpuMatmul::Amx && dtype != DType::F32 {
-        bail!("--cpu-matmul amx multiplies f32 weights (bf16x3): it needs --dtype f32");
-    }
-    let amx = dtype == DType::F32 && cpu_matmul.wants_amx("--cpu-matmul")?;
-    let mut model = Qwen3::load(&args.model, &options)
-        .with_context(|| format!("loading the model from {}", args.model.display()))?;
     // Adapters loaded later share the packed base; full weights loaded later are packed again
     // (`agentrl_engine::serve::LocalServed`).
-    if amx && !model.pack_for_amx()? {
-        bail!(
-            "--cpu-matmul {cpu_matmul}: no weight of this model could be packed for AMX (each \
-             needs a whole number of 32 x 32 blocks); use --cpu-matmul f32"
-        );
-    }
+    let (model, amx) = load_for_inference(&args.model, &args.dtype, args.cpu_matmul)?;
     let defaults = match args.generation_config {
         GenerationConfigSource::Auto => GenerationDefaults::from_model_dir(&args.model)?,
         GenerationConfigSource::Vllm => GenerationDefaults::default(),

@@ -209,3 +209,68 @@ fn the_tiny_qwen3_script_makes_a_folder_score_loads_and_tokenizer_is_a_flag() {
     );
     assert_eq!(with_flag.stdout, scored.stdout);
 }
+
+/// `--cpu-matmul` (as `agentrl serve`'s): `amx` with `--dtype bf16` is refused naming the flag;
+/// where the CPU has AMX, scoring a 30-token text (past the 16 rows from which the AMX path
+/// runs) gives the same ids as f32 and log-probs within 1e-4 of them, and not bit-equal (the
+/// AMX path ran); without AMX, `amx` is refused naming the flag and `auto` scores as f32.
+#[test]
+fn score_on_amx_is_within_1e4_of_f32_or_is_refused() {
+    let Some(assets) = assets() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // Hidden, MLP, query and vocabulary widths are whole 32 x 32 blocks, so those weights pack.
+    let config = Qwen3Config {
+        hidden_size: 32,
+        intermediate_size: 64,
+        ..tiny_config()
+    };
+    Qwen3::random(config, 4, 0.1, &LoadOptions::default())
+        .unwrap()
+        .save(dir.path())
+        .unwrap();
+    std::fs::copy(
+        assets.join("tokenizer.json"),
+        dir.path().join("tokenizer.json"),
+    )
+    .unwrap();
+    let input = dir.path().join("input.jsonl");
+    let text = "def mean(values):\n    total = sum(values)\n    return total // len(values)  # the bug: floor division";
+    std::fs::write(&input, format!("{}\n", serde_json::json!({ "text": text }))).unwrap();
+    let score = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_agentrl"))
+            .args(["score", "--model"])
+            .arg(dir.path())
+            .arg("--input")
+            .arg(&input)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let refused = |extra: &[&str]| {
+        let out = score(extra);
+        assert!(!out.status.success(), "{extra:?} scored");
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(stderr.contains("--cpu-matmul"), "{extra:?}: {stderr}");
+    };
+    let scored = |extra: &[&str]| -> serde_json::Value {
+        let out = score(extra);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{extra:?}: {stderr}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    refused(&["--cpu-matmul", "amx", "--dtype", "bf16"]);
+    let f32_path = scored(&[]);
+    if !agentrl_model::fused::amx_matmul::amx_available() {
+        refused(&["--cpu-matmul", "amx"]);
+        assert_eq!(scored(&["--cpu-matmul", "auto"]), f32_path);
+        eprintln!("no AMX on this CPU: AMX scoring itself is not checked");
+        return;
+    }
+    let amx = scored(&["--cpu-matmul", "amx"]);
+    assert_eq!(amx["ids"], f32_path["ids"]);
+    assert!(as_u32s(&amx["ids"]).len() > 17, "{}", amx["ids"]);
+    let gap = crate::support::max_abs_gap(&amx["logprobs"], &f32_path["logprobs"]);
+    eprintln!("score --cpu-matmul amx against f32: max |log-prob gap| {gap:.2e}");
+    assert!(gap <= 1e-4, "{gap}");
+    assert!(gap > 0.0, "the AMX path did not run");
+}

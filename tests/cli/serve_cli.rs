@@ -344,21 +344,10 @@ fn cpu_matmul_amx_serves_within_1e4_of_f32_or_is_refused() {
     let f32_path = sample(&[]);
     let amx = sample(&["--cpu-matmul", "amx"]);
     assert_eq!(amx["token_ids"], f32_path["token_ids"]);
-    let lps = |c: &Value| -> Vec<f64> {
-        c["logprobs"]["token_logprobs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_f64().unwrap())
-            .collect()
-    };
-    let (a, b) = (lps(&amx), lps(&f32_path));
-    assert_eq!(a.len(), b.len());
-    let gap = a
-        .iter()
-        .zip(&b)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f64::max);
+    let gap = crate::support::max_abs_gap(
+        &amx["logprobs"]["token_logprobs"],
+        &f32_path["logprobs"]["token_logprobs"],
+    );
     eprintln!("--cpu-matmul amx against f32: max |log-prob gap| {gap:.2e}");
     assert!(gap <= 1e-4, "{gap}");
     // Two f32 servers agree to the bit; the first token's prefill ran on the AMX path.

@@ -1,5 +1,6 @@
 //! What the binary's test modules share: its servers (`agentrl serve`, `agentrl gym serve`) as
-//! child processes, and the tiny random Qwen3 the committed script makes.
+//! child processes, the tiny random Qwen3 the committed script makes, and the largest gap
+//! between two JSON lists of log-probs.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -67,4 +68,22 @@ pub fn tiny_qwen3(dir: &Path, args: &[&str]) -> PathBuf {
         String::from_utf8_lossy(&made.stderr)
     );
     out
+}
+
+/// The largest `|a[i] - b[i]|` between two JSON lists of numbers of the same length (the
+/// log-probs of one computation on two kernels).
+pub fn max_abs_gap(a: &serde_json::Value, b: &serde_json::Value) -> f64 {
+    let numbers = |list: &serde_json::Value| -> Vec<f64> {
+        list.as_array()
+            .unwrap_or_else(|| panic!("not a list: {list}"))
+            .iter()
+            .map(|v| v.as_f64().unwrap_or_else(|| panic!("not a number: {v}")))
+            .collect()
+    };
+    let (a, b) = (numbers(a), numbers(b));
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(&b)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max)
 }
