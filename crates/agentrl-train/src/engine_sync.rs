@@ -32,7 +32,7 @@ use anyhow::{bail, Context};
 use candle_core::DType;
 
 use crate::build::{connect_remote, lora_config, parse_dtype};
-use crate::config::validate::amx_refusal;
+use crate::config::validate::cpu_matmul_on_amx;
 use crate::config::Config;
 use crate::policy_stack::{EngineReplica, TrainPolicy};
 
@@ -95,11 +95,7 @@ impl AmxChoice {
             .filter(|q| !q.device().is_cpu())
             .map(|q| format!("the Qwen3 is on {:?}, not the CPU", q.device().location()));
         let inapplicable = config.cpu_matmul_inapplicable().or(off_cpu);
-        let packed = match (&inapplicable, setting) {
-            (Some(why), CpuMatmul::Amx) => bail!(amx_refusal(why)),
-            (Some(_), _) => false,
-            (None, _) => setting.wants_amx("engine.cpu_matmul")?,
-        };
+        let packed = cpu_matmul_on_amx(setting, inapplicable.as_deref())?;
         let note = match (packed, inapplicable) {
             (true, _) => format!(
                 "engine.cpu_matmul = \"{setting}\": the engine samples from its own copy of the \

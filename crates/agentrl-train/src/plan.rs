@@ -295,12 +295,11 @@ impl StepPlan {
             0.0
         };
         // `engine.cpu_matmul` on AMX: a copy of its own, and its packing (two bf16 per weight).
-        let amx = config.cpu_matmul_inapplicable().is_none()
-            && config
-                .engine
-                .cpu_matmul
-                .wants_amx("engine.cpu_matmul")
-                .unwrap_or(false);
+        let amx = crate::config::validate::cpu_matmul_on_amx(
+            config.engine.cpu_matmul,
+            config.cpu_matmul_inapplicable().as_deref(),
+        )
+        .unwrap_or(false);
         let engine_copy = if local_engine
             && (config.engine.dtype != "f32" || config.engine.async_rollouts || amx)
         {

@@ -453,12 +453,15 @@ impl Qwen3 {
     /// The ids of the base tensors when the base is frozen (`None` when it is trainable: a
     /// variable keeps its id while the optimizer changes it).
     fn frozen_base_ids(&self) -> Option<Vec<TensorId>> {
-        self.base_vars.is_empty().then(|| {
-            self.named_weights()
-                .iter()
-                .map(|(_, tensor)| tensor.id())
-                .collect()
-        })
+        self.base_vars.is_empty().then(|| self.base_ids())
+    }
+
+    /// The ids of the base tensors, in [`Qwen3::named_weights`]' order.
+    fn base_ids(&self) -> Vec<TensorId> {
+        self.named_weights()
+            .iter()
+            .map(|(_, tensor)| tensor.id())
+            .collect()
     }
 
     /// Whether `self` and `other` hold the very same base tensors (not copies of them): after
@@ -466,10 +469,7 @@ impl Qwen3 {
     /// with a clone taken before it.
     #[doc(hidden)]
     pub fn shares_base_with(&self, other: &Qwen3) -> bool {
-        let ids = |model: &Qwen3| -> Vec<TensorId> {
-            model.named_weights().iter().map(|(_, t)| t.id()).collect()
-        };
-        ids(self) == ids(other)
+        self.base_ids() == other.base_ids()
     }
 
     /// Replaces this model's LoRA adapters by detached copies of `source`'s, in this model's

@@ -19,11 +19,28 @@ pub struct Validation {
 const MAX_THREADS_PER_CORE: usize = 4;
 
 /// The error of `engine.cpu_matmul = "amx"` where it cannot apply, for the reason `why`.
-pub(crate) fn amx_refusal(why: &str) -> String {
+fn amx_refusal(why: &str) -> String {
     format!(
         "engine.cpu_matmul = \"amx\" packs the local engine's Qwen3 weights for the CPU's AMX \
          unit, but {why}: set engine.cpu_matmul = \"f32\" (or \"auto\")"
     )
+}
+
+/// Whether `engine.cpu_matmul = setting` puts the local engine on the AMX path on this
+/// machine, given why it cannot apply to the run (`inapplicable`, as
+/// [`Config::cpu_matmul_inapplicable`] says): `"amx"` where it cannot apply, or on a CPU
+/// without AMX, is an error naming the key; `"auto"` then stays on f32. The config's
+/// validation, the memory plan and the engine's choice (`crate::engine_sync::AmxChoice`) all
+/// decide through it.
+pub(crate) fn cpu_matmul_on_amx(
+    setting: CpuMatmul,
+    inapplicable: Option<&str>,
+) -> anyhow::Result<bool> {
+    match (inapplicable, setting) {
+        (Some(why), CpuMatmul::Amx) => bail!(amx_refusal(why)),
+        (Some(_), _) => Ok(false),
+        (None, setting) => setting.wants_amx("engine.cpu_matmul"),
+    }
 }
 
 fn positive_finite(x: f64) -> bool {
@@ -252,12 +269,9 @@ impl Config {
                 e.max_staleness
             ));
         }
-        if e.cpu_matmul == CpuMatmul::Amx {
-            if let Some(why) = self.cpu_matmul_inapplicable() {
-                errors.push(amx_refusal(&why));
-            } else if let Err(err) = e.cpu_matmul.wants_amx("engine.cpu_matmul") {
-                errors.push(err.to_string());
-            }
+        if let Err(err) = cpu_matmul_on_amx(e.cpu_matmul, self.cpu_matmul_inapplicable().as_deref())
+        {
+            errors.push(err.to_string());
         }
         Validation { errors, warnings }
     }
