@@ -138,12 +138,13 @@ fn read_json_list(
         .with_context(|| format!("{}: {what} must be a JSON list", path.display()))
 }
 
-/// A model folder from a `--model` argument: an existing folder as is; otherwise, with the
-/// `hub` feature, a Hub id whose tokenizer, template and config files are fetched (or taken from
-/// the local Hub cache) with hf-hub.
+/// A model from a `--model` argument: an existing folder or GGUF file as is; `smollm2`, the
+/// fetched SmolLM2 GGUF file ([`agentrl_chat::resolve_model_path`]); otherwise, with the `hub`
+/// feature, a Hub id whose tokenizer, template and config files are fetched (or taken from the
+/// local Hub cache) with hf-hub.
 pub(crate) fn resolve_model_dir(model: &str) -> anyhow::Result<PathBuf> {
-    let path = PathBuf::from(model);
-    if path.is_dir() {
+    let path = agentrl_chat::resolve_model_path(model).map_err(anyhow::Error::msg)?;
+    if path.is_dir() || agentrl_chat::gguf::is_gguf_file(&path) {
         return Ok(path);
     }
     resolve_hub_id(model)

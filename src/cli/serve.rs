@@ -156,19 +156,46 @@ impl TextCodec for QwenText {
     }
 }
 
+/// A GGUF file has no `generation_config.json`; its end-of-text id
+/// (`tokenizer.ggml.eos_token_id`) is the stop token, as llama.cpp's server takes it.
+fn gguf_generation_defaults(path: &std::path::Path) -> Result<GenerationDefaults> {
+    let meta = agentrl_chat::gguf::GgufMetadata::read(path)?;
+    let eos = meta.optional_u64("tokenizer.ggml.eos_token_id")?;
+    Ok(GenerationDefaults {
+        eos_token_ids: eos.map(|id| id as u32).into_iter().collect(),
+        ..GenerationDefaults::default()
+    })
+}
+
 pub fn serve(args: ServeArgs) -> Result<()> {
     let access = AccessRule::for_bind(&args.host, access::key_from(args.api_key_file.as_deref())?)?;
-    if !args.model.is_dir() {
-        bail!("--model {}: no such folder", args.model.display());
+    let model_arg = args.model.to_str().with_context(|| {
+        format!(
+            "--model {}: the path is not valid UTF-8",
+            args.model.display()
+        )
+    })?;
+    let model_path = agentrl_chat::resolve_model_path(model_arg).map_err(anyhow::Error::msg)?;
+    let gguf = agentrl_chat::gguf::is_gguf_file(&model_path);
+    if !model_path.is_dir() && !gguf {
+        bail!(
+            "--model {}: no such folder or GGUF file",
+            args.model.display()
+        );
     }
+    let args = ServeArgs {
+        model: model_path,
+        ..args
+    };
     // Adapters loaded later share the packed base; full weights loaded later are packed again
     // (`agentrl_engine::serve::LocalServed`).
     let (model, amx) = load_for_inference(&args.model, &args.dtype, args.cpu_matmul)?;
     let defaults = match args.generation_config {
+        GenerationConfigSource::Auto if gguf => gguf_generation_defaults(&args.model)?,
         GenerationConfigSource::Auto => GenerationDefaults::from_model_dir(&args.model)?,
         GenerationConfigSource::Vllm => GenerationDefaults::default(),
     };
-    let text: Option<Arc<dyn TextCodec>> = if args.model.join("tokenizer.json").exists() {
+    let text: Option<Arc<dyn TextCodec>> = if gguf || args.model.join("tokenizer.json").exists() {
         let tokenizer = QwenTokenizer::from_dir(&args.model)
             .with_context(|| format!("loading the tokenizer from {}", args.model.display()))?;
         Some(Arc::new(QwenText(tokenizer)))

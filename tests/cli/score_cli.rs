@@ -6,7 +6,7 @@ use std::process::Command;
 
 use agentrl_chat::qwen::QwenTokenizer;
 use agentrl_chat::template::{ChatTemplate, RenderOptions};
-use agentrl_model::qwen3::{LoadOptions, Qwen3, Qwen3Config};
+use agentrl_model::qwen3::{Architecture, LoadOptions, Qwen3, Qwen3Config};
 use candle_core::{Device, Tensor};
 
 fn tiny_config() -> Qwen3Config {
@@ -22,6 +22,8 @@ fn tiny_config() -> Qwen3Config {
         rope_theta: 1_000_000.0,
         tie_word_embeddings: true,
         max_position_embeddings: 4096,
+        architecture: Architecture::Qwen3,
+        rope_scaling: None,
     }
 }
 

@@ -6,7 +6,7 @@
 
 use crate::support::{spawn_server, Served};
 
-use agentrl_model::qwen3::{LoadOptions, Qwen3, Qwen3Config};
+use agentrl_model::qwen3::{Architecture, LoadOptions, Qwen3, Qwen3Config};
 use serde_json::{json, Value};
 
 const VOCAB: usize = 40;
@@ -24,6 +24,8 @@ fn model_folder(dir: &std::path::Path) {
         rope_theta: 1_000_000.0,
         tie_word_embeddings: true,
         max_position_embeddings: 64,
+        architecture: Architecture::Qwen3,
+        rope_scaling: None,
     };
     Qwen3::random(config, 3, 0.3, &LoadOptions::default())
         .unwrap()
@@ -308,6 +310,8 @@ fn cpu_matmul_amx_serves_within_1e4_of_f32_or_is_refused() {
         rope_theta: 1_000_000.0,
         tie_word_embeddings: true,
         max_position_embeddings: 64,
+        architecture: Architecture::Qwen3,
+        rope_scaling: None,
     };
     Qwen3::random(config, 4, 0.1, &LoadOptions::default())
         .unwrap()

@@ -8,7 +8,8 @@
 //! gym Observation ──▶ `tool` message ──▶ next render;  DriftChecker: does re-rendering change ids?
 //! ```
 //!
-//! * [`qwen`]: the HF `tokenizers` tokenizer loaded from a model folder's `tokenizer.json`.
+//! * [`qwen`]: the HF `tokenizers` tokenizer loaded from a model folder's `tokenizer.json`, or
+//!   built from a GGUF file's metadata ([`gguf`] reads the header, [`gguf_tokenizer`] maps it).
 //! * [`template`]: the model's own Jinja chat template, rendered with minijinja the way
 //!   transformers' `apply_chat_template` renders it (its `pyjson` part: Python's `json.dumps`).
 //! * [`tools`]: the BugFix tool schemas (OpenAI function format) and argument validation.
@@ -30,6 +31,8 @@ pub mod chat_codec;
 pub mod codec;
 pub mod drift;
 pub mod error;
+pub mod gguf;
+pub mod gguf_tokenizer;
 pub mod message;
 pub mod qwen;
 pub mod qwen3_codec;
@@ -37,7 +40,10 @@ pub mod template;
 pub mod tiny;
 pub mod tools;
 
-pub use assets::{find_qwen3_assets, qwen3_assets_for_tests};
+pub use assets::{
+    find_qwen3_assets, find_smollm2_gguf, qwen3_assets_for_tests, resolve_model_path,
+    smollm2_gguf_for_tests,
+};
 pub use chat_codec::ChatCodec;
 pub use error::ChatError;
 pub use qwen3_codec::{Qwen3Codec, Qwen3CodecOptions};

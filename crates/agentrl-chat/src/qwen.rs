@@ -10,6 +10,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::{ChatError, Result};
+use crate::gguf::{is_gguf_file, GgufMetadata};
+use crate::gguf_tokenizer::tokenizer_json;
 
 /// A `tokenizer.json` tokenizer together with the path it came from (for error messages).
 #[derive(Clone)]
@@ -28,9 +30,34 @@ impl std::fmt::Debug for QwenTokenizer {
 }
 
 impl QwenTokenizer {
-    /// Loads `dir/tokenizer.json`.
+    /// Loads `dir/tokenizer.json`, or, when `dir` is a GGUF file, the tokenizer in its metadata
+    /// ([`Self::from_gguf`]).
     pub fn from_dir(dir: impl AsRef<Path>) -> Result<Self> {
-        Self::from_file(dir.as_ref().join("tokenizer.json"))
+        let dir = dir.as_ref();
+        if is_gguf_file(dir) {
+            return Self::from_gguf(dir);
+        }
+        Self::from_file(dir.join("tokenizer.json"))
+    }
+
+    /// The tokenizer a GGUF file carries in its metadata (see [`crate::gguf_tokenizer`]).
+    pub fn from_gguf(path: impl AsRef<Path>) -> Result<Self> {
+        let meta = GgufMetadata::read(path.as_ref())?;
+        Self::from_gguf_metadata(&meta)
+    }
+
+    /// [`Self::from_gguf`] from metadata already read.
+    pub fn from_gguf_metadata(meta: &GgufMetadata) -> Result<Self> {
+        let document = tokenizer_json(meta)?;
+        let inner: tokenizers::Tokenizer =
+            serde_json::from_value(document).map_err(|err| ChatError::TokenizerLoad {
+                path: meta.path().to_path_buf(),
+                message: err.to_string(),
+            })?;
+        Ok(Self {
+            inner,
+            path: meta.path().to_path_buf(),
+        })
     }
 
     /// Loads one `tokenizer.json` file.
@@ -96,7 +123,7 @@ impl QwenTokenizer {
         self.inner.get_vocab_size(true)
     }
 
-    /// The `tokenizer.json` this was loaded from.
+    /// The `tokenizer.json` (or GGUF file) this was loaded from.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -104,6 +131,30 @@ impl QwenTokenizer {
     /// The underlying HF tokenizer, for anything this wrapper does not cover.
     pub fn inner(&self) -> &tokenizers::Tokenizer {
         &self.inner
+    }
+}
+
+/// The two ChatML markers a chat codec needs: `<|im_end|>` closes a turn, `<|endoftext|>`
+/// ends the text and pads. Every ChatML model has them (Qwen, SmolLM2), whether or not its
+/// vocabulary has tool-call tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TurnMarkers {
+    pub endoftext: u32,
+    pub im_end: u32,
+}
+
+impl TurnMarkers {
+    pub fn from_tokenizer(tokenizer: &QwenTokenizer) -> Result<Self> {
+        Ok(Self {
+            endoftext: tokenizer.require_token_id("<|endoftext|>")?,
+            im_end: tokenizer.require_token_id("<|im_end|>")?,
+        })
+    }
+
+    /// Tokens that end an assistant turn when sampling (`<|im_end|>`, `<|endoftext|>`), as in
+    /// Qwen3's (and SmolLM2's) `generation_config.json`.
+    pub fn stop_ids(&self) -> [u32; 2] {
+        [self.im_end, self.endoftext]
     }
 }
 

@@ -37,6 +37,10 @@
 //! one call per step, and rejecting a turn for extra calls would punish what Qwen3's template
 //! itself invites ("You may call one or more functions").
 //!
+//! **Other ChatML models.** Nothing above is Qwen3's own beyond `<|im_end|>` and
+//! `<|endoftext|>`: SmolLM2 (a GGUF file) runs through the same codec, its template rendering
+//! the tool list and calls in the format of [`crate::template::tools_in_prompt`].
+//!
 //! **Tools.** The prompt offers `read`, `test`, `edit` (its four argument forms) and `submit`
 //! ([`default_tool_specs`]); `exploit`, the gym's deliberate reward hack, is not offered (a call
 //! to it is an unknown tool) unless [`Qwen3Codec::with_tools`] adds it.
@@ -58,7 +62,7 @@ use crate::codec::{ParsedTurn, ToolCallCodec};
 use crate::drift::{DriftChecker, DriftReport};
 use crate::error::{ChatError, Result};
 use crate::message::{assistant_message, system_message, tool_message, user_message};
-use crate::qwen::{QwenSpecialTokens, QwenTokenizer};
+use crate::qwen::{QwenTokenizer, TurnMarkers};
 use crate::template::{ChatTemplate, RenderOptions};
 use crate::tools::bugfix_tool_specs;
 
@@ -154,7 +158,7 @@ impl Qwen3CodecOptions {
 pub struct Qwen3Codec {
     tokenizer: QwenTokenizer,
     template: ChatTemplate,
-    special: QwenSpecialTokens,
+    special: TurnMarkers,
     calls: ToolCallCodec,
     tools: Vec<Value>,
     system_prompt: String,
@@ -165,13 +169,15 @@ impl Qwen3Codec {
     /// Loads `dir/tokenizer.json` and the chat template (`chat_template.jinja`, else
     /// `tokenizer_config.json`'s `chat_template`) of a Qwen3 model folder, and checks that the
     /// template's assistant turn ends on `<|im_end|>` so observation suffixes can be derived.
+    /// `dir` may also be a GGUF file (SmolLM2's), whose metadata holds both; a template that
+    /// knows no tools gets them in the system prompt ([`crate::template::tools_in_prompt`]).
     /// Errors name the file at fault.
     pub fn from_dir(dir: impl AsRef<Path>, options: Qwen3CodecOptions) -> Result<Self> {
         options.validate()?;
         let dir = dir.as_ref();
         let tokenizer = QwenTokenizer::from_dir(dir)?;
         let special =
-            QwenSpecialTokens::from_tokenizer(&tokenizer).map_err(|err| ChatError::BadField {
+            TurnMarkers::from_tokenizer(&tokenizer).map_err(|err| ChatError::BadField {
                 path: tokenizer.path().to_path_buf(),
                 field: "added_tokens".into(),
                 message: err.to_string(),
@@ -223,7 +229,7 @@ impl Qwen3Codec {
         &self.template
     }
 
-    pub fn special_tokens(&self) -> QwenSpecialTokens {
+    pub fn special_tokens(&self) -> TurnMarkers {
         self.special
     }
 

@@ -11,6 +11,7 @@
 pub mod constrained;
 pub mod device;
 pub mod fused;
+pub mod gguf;
 pub mod lora;
 pub mod policy;
 pub mod qwen3;

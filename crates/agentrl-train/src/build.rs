@@ -78,14 +78,18 @@ fn build_tiny(config: &Config, seed: u64, with_reference: bool) -> anyhow::Resul
     })
 }
 
-/// Qwen3 from `model.dir` (LoRA on every projection when `qwen3.lora_rank > 0`, else every
+/// The Llama-family decoder (Qwen3, or a GGUF file such as SmolLM2's) from `model.dir` (LoRA on every projection when `qwen3.lora_rank > 0`, else every
 /// weight trainable), its frozen reference (the folder's weights: a fresh LoRA is zero, so
 /// that is the initial policy) and its chat codec.
 fn build_qwen3(config: &Config, seed: u64, with_reference: bool) -> anyhow::Result<BuiltPolicy> {
     let dir = config.model.dir.as_deref().context(
         "model.kind = \"qwen3\" needs a model folder: set model.dir or pass --model DIR",
     )?;
-    let dir = std::path::Path::new(dir);
+    // A folder, a GGUF file, or `smollm2` (the fetched SmolLM2 file).
+    let dir = agentrl_chat::resolve_model_path(dir)
+        .map_err(anyhow::Error::msg)
+        .context("model.dir")?;
+    let dir = dir.as_path();
     let q = &config.qwen3;
     let dtype = parse_dtype("qwen3.dtype", &q.dtype)?;
     // The GPU when built with `--features cuda` and one is present, else the CPU.
@@ -295,7 +299,10 @@ pub fn model_sampling_defaults(config: &Config) -> anyhow::Result<Option<Samplin
     if config.model.kind != ModelKind::Qwen3 {
         return Ok(None);
     }
-    let path = std::path::Path::new(dir).join("generation_config.json");
+    let Ok(dir) = agentrl_chat::resolve_model_path(dir) else {
+        return Ok(None);
+    };
+    let path = dir.join("generation_config.json");
     let Ok(text) = std::fs::read_to_string(&path) else {
         return Ok(None);
     };

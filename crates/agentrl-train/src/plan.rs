@@ -118,11 +118,15 @@ impl ModelShape {
         })
     }
 
-    /// Qwen3 from its `config.json`, with `[qwen3]`'s LoRA rank (0 = every weight trains)
-    /// and dtype.
+    /// Qwen3 (or another Llama-family model) from its `config.json`, or from the model's
+    /// folder or GGUF file, with `[qwen3]`'s LoRA rank (0 = every weight trains) and dtype.
     pub fn qwen3(config: &Config, model_config: &Path) -> anyhow::Result<Self> {
-        let q = Qwen3Config::from_file(model_config)
-            .with_context(|| format!("reading {}", model_config.display()))?;
+        let q = if model_config.is_file() && model_config.ends_with("config.json") {
+            Qwen3Config::from_file(model_config)
+        } else {
+            Qwen3Config::from_model_path(model_config)
+        }
+        .with_context(|| format!("reading {}", model_config.display()))?;
         let shapes = q.weight_shapes();
         let parameters: usize = shapes
             .iter()
@@ -150,7 +154,8 @@ impl ModelShape {
         };
         Ok(Self {
             name: format!(
-                "Qwen3 (hidden {}, {} layers, {})",
+                "{:?} (hidden {}, {} layers, {})",
+                q.architecture,
                 q.hidden_size,
                 q.num_hidden_layers,
                 if rank == 0 {
@@ -183,7 +188,10 @@ impl ModelShape {
                     .dir
                     .as_deref()
                     .context("model.kind = \"qwen3\" needs model.dir (or --model DIR)")?;
-                Self::qwen3(config, &Path::new(dir).join("config.json"))
+                let path = agentrl_chat::resolve_model_path(dir)
+                    .map_err(anyhow::Error::msg)
+                    .context("model.dir")?;
+                Self::qwen3(config, &path)
             }
         }
     }

@@ -35,7 +35,7 @@ use crate::optim::{AdamW, AdamWParams};
 use crate::plan::check_memory;
 use crate::policy_stack::TrainPolicy;
 use crate::preflight::{preflight, PreflightReport, PreflightSetup};
-use crate::sampler::{Sampler, MAX_LIVE_EPISODES};
+use crate::sampler::Sampler;
 use crate::step_record::StepRecord;
 use crate::streams::{epoch_slice, stream, STREAM_EVAL, STREAM_PREFLIGHT, STREAM_TASKS};
 
@@ -480,7 +480,7 @@ impl Trainer {
             &ids,
             samples,
             k,
-            MAX_LIVE_EPISODES,
+            crate::sampler::live_episode_bound(&self.config),
             &mut |n| self.sampler().envs(n),
             &mut rng,
         )

@@ -19,8 +19,16 @@
 //! Not supported: transformers' `{% generation %}` block tag (assistant masks), which minijinja
 //! cannot parse; templates that use it fail to load with a clear error.
 //!
+//! A template that never reads `tools` or `tool_calls` (SmolLM2's ChatML) gets the conversation
+//! rewritten into plain messages first, tools listed in the system prompt and calls as
+//! `<tool_call>` text (`tools_in_prompt.rs`, [`ToolFormat::InPrompt`]).
+//!
+//! A GGUF file carries its template in the metadata (`tokenizer.chat_template`), and the
+//! special-token strings as ids into its vocabulary ([`ChatTemplate::from_gguf`]).
+//!
 //! Layout: this file holds the template environment and its globals; `pyjson.rs` holds the
-//! Python-`json.dumps`-compatible `tojson` filter and [`python_json`].
+//! Python-`json.dumps`-compatible `tojson` filter and [`python_json`]; `tools_in_prompt.rs` the
+//! tool-call format for templates without tools.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -28,8 +36,11 @@ use std::path::{Path, PathBuf};
 use minijinja::{Environment, Error as JinjaError, ErrorKind, Value};
 
 use crate::error::{ChatError, Result};
+use crate::gguf::{is_gguf_file, GgufMetadata};
+use crate::gguf_tokenizer::special_token_text;
 
 mod pyjson;
+pub mod tools_in_prompt;
 
 pub use pyjson::python_json;
 // Public for the integration tests (tests/chat/pyjson.rs).
@@ -70,11 +81,33 @@ impl RenderOptions {
     }
 }
 
+/// How tools and tool calls reach the template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolFormat {
+    /// The template reads `tools` and `tool_calls` itself (Qwen3's).
+    Template,
+    /// The template knows no tools; the conversation is rewritten first
+    /// ([`tools_in_prompt::rewrite`]).
+    InPrompt,
+}
+
+impl ToolFormat {
+    /// [`ToolFormat::Template`] when the template's text mentions `tools` or `tool_calls`.
+    pub fn of_source(source: &str) -> Self {
+        if source.contains("tools") || source.contains("tool_calls") {
+            Self::Template
+        } else {
+            Self::InPrompt
+        }
+    }
+}
+
 /// A compiled chat template plus the special-token strings it may reference.
 pub struct ChatTemplate {
     env: Environment<'static>,
     special_tokens: BTreeMap<&'static str, String>,
     source_path: PathBuf,
+    tool_format: ToolFormat,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -82,6 +115,7 @@ impl std::fmt::Debug for ChatTemplate {
         f.debug_struct("ChatTemplate")
             .field("source_path", &self.source_path)
             .field("special_tokens", &self.special_tokens)
+            .field("tool_format", &self.tool_format)
             .finish()
     }
 }
@@ -91,8 +125,12 @@ impl ChatTemplate {
     /// transformers does), else `tokenizer_config.json`'s `chat_template` (a string, or a list of
     /// `{name, template}` from which `default` is taken). Special-token strings come from
     /// `tokenizer_config.json` when it exists.
+    /// When `dir` is a GGUF file, its metadata's template ([`Self::from_gguf`]).
     pub fn from_model_dir(dir: impl AsRef<Path>) -> Result<Self> {
         let dir = dir.as_ref();
+        if is_gguf_file(dir) {
+            return Self::from_gguf(&GgufMetadata::read(dir)?);
+        }
         let config_path = dir.join("tokenizer_config.json");
         let config = if config_path.is_file() {
             Some(read_json(&config_path)?)
@@ -123,6 +161,24 @@ impl ChatTemplate {
         Self::from_source(source, special_tokens, source_path)
     }
 
+    /// The template of a GGUF file (`tokenizer.chat_template`), with `bos_token`, `eos_token`,
+    /// `pad_token` and `unk_token` from the ids the file names.
+    pub fn from_gguf(meta: &GgufMetadata) -> Result<Self> {
+        let source = meta.require_str("tokenizer.chat_template")?.to_string();
+        let mut special_tokens = BTreeMap::new();
+        for (name, key) in [
+            ("bos_token", "tokenizer.ggml.bos_token_id"),
+            ("eos_token", "tokenizer.ggml.eos_token_id"),
+            ("pad_token", "tokenizer.ggml.padding_token_id"),
+            ("unk_token", "tokenizer.ggml.unknown_token_id"),
+        ] {
+            if let Some(text) = special_token_text(meta, key)? {
+                special_tokens.insert(name, text);
+            }
+        }
+        Self::from_source(source, special_tokens, meta.path().to_path_buf())
+    }
+
     /// Compiles template text. `source_path` only labels errors.
     pub fn from_source(
         source: String,
@@ -136,6 +192,7 @@ impl ChatTemplate {
         env.add_filter("tojson", tojson_filter);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
+        let tool_format = ToolFormat::of_source(&source);
         env.add_template_owned(TEMPLATE_NAME, source)
             .map_err(|err| ChatError::Template {
                 stage: "compile",
@@ -145,18 +202,28 @@ impl ChatTemplate {
             env,
             special_tokens,
             source_path,
+            tool_format,
         })
     }
 
     /// Renders a conversation. `messages` are chat messages (`role`, `content`, and optionally
     /// `reasoning_content`, `tool_calls`), `tools` are tool schemas in OpenAI function format.
-    /// Object key order is kept, as transformers keeps dict order.
+    /// Object key order is kept, as transformers keeps dict order. A template that knows no
+    /// tools ([`ToolFormat::InPrompt`]) renders the rewritten conversation.
     pub fn render(
         &self,
         messages: &[serde_json::Value],
         tools: Option<&[serde_json::Value]>,
         options: RenderOptions,
     ) -> Result<String> {
+        let rewritten;
+        let (messages, tools) = match self.tool_format {
+            ToolFormat::Template => (messages, tools),
+            ToolFormat::InPrompt => {
+                rewritten = tools_in_prompt::rewrite(messages, tools);
+                (rewritten.as_slice(), None)
+            }
+        };
         let template = self
             .env
             .get_template(TEMPLATE_NAME)
@@ -181,6 +248,11 @@ impl ChatTemplate {
         template
             .render(context)
             .map_err(|err| ChatError::template("render", err))
+    }
+
+    /// How tools reach this template.
+    pub fn tool_format(&self) -> ToolFormat {
+        self.tool_format
     }
 
     /// The file the template text came from.

@@ -9,6 +9,7 @@ mod assets;
 mod pyjson;
 mod qwen3;
 mod qwen3_codec;
+mod smollm2;
 mod template;
 mod tiny_codec;
 mod tiny_grammar;

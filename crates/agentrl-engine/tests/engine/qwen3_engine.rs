@@ -8,7 +8,7 @@ use agentrl_engine::{
     LocalEngine, LogprobKind, Qwen3Replica, SamplingParams, WeightSync,
 };
 use agentrl_model::lora::LoraConfig;
-use agentrl_model::qwen3::{LoadOptions, Qwen3, Qwen3Config};
+use agentrl_model::qwen3::{Architecture, LoadOptions, Qwen3, Qwen3Config};
 use candle_core::{DType, Device, IndexOp, Tensor};
 
 const VOCAB: usize = 97;
@@ -27,6 +27,8 @@ fn trainer(seed: u64, trainable: bool) -> Qwen3 {
         rope_theta: 10_000.0,
         tie_word_embeddings: false,
         max_position_embeddings: MAX_POSITIONS,
+        architecture: Architecture::Qwen3,
+        rope_scaling: None,
     };
     let options = LoadOptions {
         dtype: DType::F32,
@@ -401,6 +403,8 @@ fn an_amx_replica_tracks_the_f32_trainer_and_stays_packed_after_a_sync() {
         rope_theta: 10_000.0,
         tie_word_embeddings: false,
         max_position_embeddings: MAX_POSITIONS,
+        architecture: Architecture::Qwen3,
+        rope_scaling: None,
     };
     let options = LoadOptions {
         dtype: DType::F32,

@@ -18,7 +18,7 @@ use agentrl_engine::{
     Protocol, RemoteConfig, RemoteEngine, SamplingParams, WeightSync,
 };
 use agentrl_model::lora::LoraConfig;
-use agentrl_model::qwen3::{LoadOptions, Qwen3, Qwen3Config};
+use agentrl_model::qwen3::{Architecture, LoadOptions, Qwen3, Qwen3Config};
 use candle_core::{Device, Tensor};
 
 const NAME: &str = "tiny-qwen3";
@@ -36,6 +36,8 @@ fn tiny(seed: u64) -> Qwen3 {
         rope_theta: 10_000.0,
         tie_word_embeddings: true,
         max_position_embeddings: 96,
+        architecture: Architecture::Qwen3,
+        rope_scaling: None,
     };
     Qwen3::random(config, seed, 0.3, &LoadOptions::default()).unwrap()
 }

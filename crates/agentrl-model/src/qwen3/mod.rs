@@ -1,4 +1,5 @@
-//! Qwen3 as the project's own candle module: HF weight names, HF safetensors in and out,
+//! The Llama-family decoder (Qwen3, Qwen2, Llama: [`Architecture`]) as the project's own candle
+//! module, named after Qwen3, the first model it served: HF weight names, HF safetensors in and out,
 //! differentiable end to end (so the trainer can backprop through it), plus a separate
 //! KV-cached incremental path for decoding.
 //!
@@ -32,6 +33,6 @@ mod model;
 mod ragged;
 
 pub use cache::KvCache;
-pub use config::Qwen3Config;
+pub use config::{Architecture, Qwen3Config, RopeScaling};
 pub use model::{gather_logprobs, ForwardMode, LoadOptions, Qwen3};
 pub use ragged::RaggedKvCache;

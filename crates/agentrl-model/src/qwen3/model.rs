@@ -48,12 +48,15 @@ impl Default for LoadOptions {
     }
 }
 
-/// A linear layer `y = x W^T` (no bias), optionally with a LoRA update.
+/// A linear layer `y = x W^T (+ b)`, optionally with a LoRA update. Only Qwen2's q, k and v
+/// projections have a bias.
 #[derive(Debug, Clone)]
 pub(super) struct Linear {
     /// `[out, in]`, HF layout; frozen on the CPU, a view of `[in, out]` storage
     /// ([`matmul_layout`]).
     weight: Tensor,
+    /// `[out]`.
+    bias: Option<Tensor>,
     /// The same frozen weight packed for the AMX path ([`Qwen3::pack_for_amx`]), when it applies.
     packed: Option<Arc<PackedWeight>>,
     lora: Option<LoraWeights>,
@@ -63,6 +66,10 @@ impl Linear {
     /// `x: [N, in]` → `[N, out]`.
     pub(super) fn forward(&self, x: &Tensor, mode: ForwardMode) -> Result<Tensor> {
         let base = frozen_matmul(x, &self.weight, self.packed.as_deref(), mode)?;
+        let base = match &self.bias {
+            None => base,
+            Some(bias) => base.broadcast_add(bias)?,
+        };
         match &self.lora {
             None => Ok(base),
             Some(lora) => Ok((base + lora.delta(x)?)?),
@@ -81,8 +88,9 @@ pub(super) struct Attention {
     pub(super) k_proj: Linear,
     pub(super) v_proj: Linear,
     pub(super) o_proj: Linear,
-    pub(super) q_norm: Tensor,
-    pub(super) k_norm: Tensor,
+    /// Qwen3's per-head RMSNorm weights (`None` for Llama and Qwen2).
+    pub(super) q_norm: Option<Tensor>,
+    pub(super) k_norm: Option<Tensor>,
 }
 
 #[derive(Debug, Clone)]
@@ -125,9 +133,14 @@ pub struct Qwen3 {
 }
 
 impl Qwen3 {
-    /// Loads an HF model folder: `config.json` plus `model.safetensors` or a sharded
-    /// `model.safetensors.index.json`.
+    /// Loads an HF model folder (`config.json` plus `model.safetensors` or a sharded
+    /// `model.safetensors.index.json`), or a GGUF file ([`crate::gguf`]: its metadata is the
+    /// config, its tensors are dequantized to `options.dtype`).
     pub fn load(dir: &Path, options: &LoadOptions) -> Result<Self> {
+        if crate::gguf::is_gguf_file(dir) {
+            let (config, tensors) = crate::gguf::read_model(dir, options.dtype, &options.device)?;
+            return Self::from_tensors(config, tensors, options, dir);
+        }
         let config = Qwen3Config::from_file(&dir.join("config.json"))?;
         let tensors = weights::load_folder(dir, options.dtype, &options.device)?;
         Self::from_tensors(config, tensors, options, dir)
@@ -171,13 +184,18 @@ impl Qwen3 {
         };
         let frozen_cpu = !options.trainable && options.device.is_cpu();
         let for_matmul = |weight: Tensor| matmul_layout(weight, frozen_cpu);
-        let linear = |weight: Tensor| -> Result<Linear> {
+        let linear = |weight: Tensor, bias: Option<Tensor>| -> Result<Linear> {
             Ok(Linear {
                 weight: for_matmul(weight)?,
+                bias,
                 packed: None,
                 lora: None,
             })
         };
+        let (qk_norm, qkv_bias) = (
+            config.architecture.qk_norm(),
+            config.architecture.qkv_bias(),
+        );
         let embed_tokens = get("model.embed_tokens.weight".into())?;
         // Tied, the embedding is also the output projection, the largest matmul of a small
         // Qwen3; a lookup reads one column of the transposed storage per token instead.
@@ -192,18 +210,27 @@ impl Qwen3 {
             layers.push(DecoderLayer {
                 input_layernorm: get(format!("{p}.input_layernorm.weight"))?,
                 self_attn: Attention {
-                    q_proj: linear(get(format!("{p}.self_attn.q_proj.weight"))?)?,
-                    k_proj: linear(get(format!("{p}.self_attn.k_proj.weight"))?)?,
-                    v_proj: linear(get(format!("{p}.self_attn.v_proj.weight"))?)?,
-                    o_proj: linear(get(format!("{p}.self_attn.o_proj.weight"))?)?,
-                    q_norm: get(format!("{p}.self_attn.q_norm.weight"))?,
-                    k_norm: get(format!("{p}.self_attn.k_norm.weight"))?,
+                    q_proj: linear(
+                        get(format!("{p}.self_attn.q_proj.weight"))?,
+                        optional(&mut get, qkv_bias, format!("{p}.self_attn.q_proj.bias"))?,
+                    )?,
+                    k_proj: linear(
+                        get(format!("{p}.self_attn.k_proj.weight"))?,
+                        optional(&mut get, qkv_bias, format!("{p}.self_attn.k_proj.bias"))?,
+                    )?,
+                    v_proj: linear(
+                        get(format!("{p}.self_attn.v_proj.weight"))?,
+                        optional(&mut get, qkv_bias, format!("{p}.self_attn.v_proj.bias"))?,
+                    )?,
+                    o_proj: linear(get(format!("{p}.self_attn.o_proj.weight"))?, None)?,
+                    q_norm: optional(&mut get, qk_norm, format!("{p}.self_attn.q_norm.weight"))?,
+                    k_norm: optional(&mut get, qk_norm, format!("{p}.self_attn.k_norm.weight"))?,
                 },
                 post_attention_layernorm: get(format!("{p}.post_attention_layernorm.weight"))?,
                 mlp: Mlp {
-                    gate_proj: linear(get(format!("{p}.mlp.gate_proj.weight"))?)?,
-                    up_proj: linear(get(format!("{p}.mlp.up_proj.weight"))?)?,
-                    down_proj: linear(get(format!("{p}.mlp.down_proj.weight"))?)?,
+                    gate_proj: linear(get(format!("{p}.mlp.gate_proj.weight"))?, None)?,
+                    up_proj: linear(get(format!("{p}.mlp.up_proj.weight"))?, None)?,
+                    down_proj: linear(get(format!("{p}.mlp.down_proj.weight"))?, None)?,
                 },
             });
         }
@@ -213,13 +240,7 @@ impl Qwen3 {
         } else {
             Some(for_matmul(get("lm_head.weight".into())?)?)
         };
-        let half = config.head_dim / 2;
-        let inv_freq = (0..half)
-            .map(|i| {
-                let exponent = (2 * i) as f32 / config.head_dim as f32;
-                1.0 / (config.rope_theta as f32).powf(exponent)
-            })
-            .collect();
+        let inv_freq = config.inv_freq();
         Ok(Self {
             config,
             embed_tokens,
@@ -243,7 +264,7 @@ impl Qwen3 {
         let mut tensors = HashMap::new();
         for (name, shape) in config.weight_shapes() {
             let count: usize = shape.iter().product();
-            let values: Vec<f32> = if name.ends_with("norm.weight") {
+            let values: Vec<f32> = if name.ends_with("norm.weight") || name.ends_with(".bias") {
                 vec![1.0; count]
             } else {
                 (0..count)
@@ -313,8 +334,6 @@ impl Qwen3 {
                     format!("{p}.self_attn.o_proj.weight"),
                     a.o_proj.weight.clone(),
                 ),
-                (format!("{p}.self_attn.q_norm.weight"), a.q_norm.clone()),
-                (format!("{p}.self_attn.k_norm.weight"), a.k_norm.clone()),
                 (
                     format!("{p}.post_attention_layernorm.weight"),
                     layer.post_attention_layernorm.clone(),
@@ -329,6 +348,20 @@ impl Qwen3 {
                     m.down_proj.weight.clone(),
                 ),
             ]);
+            for (name, norm) in [("q_norm", &a.q_norm), ("k_norm", &a.k_norm)] {
+                if let Some(norm) = norm {
+                    out.push((format!("{p}.self_attn.{name}.weight"), norm.clone()));
+                }
+            }
+            for (name, proj) in [
+                ("q_proj", &a.q_proj),
+                ("k_proj", &a.k_proj),
+                ("v_proj", &a.v_proj),
+            ] {
+                if let Some(bias) = &proj.bias {
+                    out.push((format!("{p}.self_attn.{name}.bias"), bias.clone()));
+                }
+            }
         }
         out.push(("model.norm.weight".to_string(), self.norm.clone()));
         if let Some(head) = &self.lm_head {
@@ -849,9 +882,7 @@ impl Qwen3 {
             .v_proj
             .forward(x, mode)?
             .reshape((batch, seq, n_kv, head_dim))?;
-        // Per-head RMSNorm before RoPE (Qwen3's q_norm / k_norm).
-        let q = self.rms_norm(&q, &attn.q_norm, mode)?;
-        let k = self.rms_norm(&k, &attn.k_norm, mode)?;
+        let (q, k) = self.qk_norm(attn, q, k, mode)?;
         if mode == ForwardMode::Train && cache.is_none() && self.dtype == DType::F32 {
             // The training forward over whole sequences: one fused causal-attention op (its
             // backward recomputes the probabilities per query row), so the `[B, heads, T, T]`
@@ -920,6 +951,25 @@ impl Qwen3 {
         attn.o_proj.forward(&out, mode)
     }
 
+    /// Qwen3's per-head RMSNorm of queries and keys before RoPE; Llama and Qwen2 have none.
+    pub(super) fn qk_norm(
+        &self,
+        attn: &Attention,
+        q: Tensor,
+        k: Tensor,
+        mode: ForwardMode,
+    ) -> Result<(Tensor, Tensor)> {
+        let q = match &attn.q_norm {
+            Some(weight) => self.rms_norm(&q, weight, mode)?,
+            None => q,
+        };
+        let k = match &attn.k_norm {
+            Some(weight) => self.rms_norm(&k, weight, mode)?,
+            None => k,
+        };
+        Ok((q, k))
+    }
+
     /// RMSNorm over the last dimension, computed in f32 like transformers' `Qwen3RMSNorm`.
     pub(super) fn rms_norm(
         &self,
@@ -950,6 +1000,15 @@ impl Qwen3 {
         let sin = Tensor::from_vec(sin, (seq, half), &self.device)?.to_dtype(self.dtype)?;
         Ok((cos, sin))
     }
+}
+
+/// The tensor `name` through `get` when the architecture has it (`present`), else `None`.
+fn optional(
+    get: &mut impl FnMut(String) -> Result<Tensor>,
+    present: bool,
+    name: String,
+) -> Result<Option<Tensor>> {
+    present.then(|| get(name)).transpose()
 }
 
 /// A weight `W [out, in]` used as `x Wᵀ`, stored for that product: frozen on the CPU (`frozen_cpu`),

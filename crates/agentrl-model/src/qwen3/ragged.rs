@@ -415,8 +415,7 @@ impl Qwen3 {
             .forward(x, mode)?
             .reshape((1, fed, n_kv, head_dim))?;
         let v = attn.v_proj.forward(x, mode)?;
-        let q = self.rms_norm(&q, &attn.q_norm, mode)?;
-        let k = self.rms_norm(&k, &attn.k_norm, mode)?;
+        let (q, k) = self.qk_norm(attn, q, k, mode)?;
         let q = apply_rotary(&q, &plan.cos, &plan.sin, mode)?.reshape((fed, n_q * head_dim))?;
         let k = apply_rotary(&k, &plan.cos, &plan.sin, mode)?.reshape((fed, n_kv * head_dim))?;
         // Flat [N, heads * d] → padded [rows, heads, width, d].

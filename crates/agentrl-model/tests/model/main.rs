@@ -22,6 +22,7 @@ mod fused_silu_mul;
 mod lora;
 mod qwen3;
 mod qwen3_ragged;
+mod smollm2;
 mod tiny_agent;
 mod tiny_decode;
 mod tiny_trunk;

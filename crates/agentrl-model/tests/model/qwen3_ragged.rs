@@ -2,7 +2,9 @@
 //! the full forward pass, and the engine-side inference copy ([`Qwen3::inference_copy`]).
 
 use agentrl_model::lora::LoraConfig;
-use agentrl_model::qwen3::{ForwardMode, LoadOptions, Qwen3, Qwen3Config, RaggedKvCache};
+use agentrl_model::qwen3::{
+    Architecture, ForwardMode, LoadOptions, Qwen3, Qwen3Config, RaggedKvCache,
+};
 use candle_core::{DType, Device, IndexOp, Tensor};
 
 const VOCAB: usize = 97;
@@ -20,6 +22,8 @@ fn config(tie_word_embeddings: bool) -> Qwen3Config {
         rope_theta: 10_000.0,
         tie_word_embeddings,
         max_position_embeddings: 64,
+        architecture: Architecture::Qwen3,
+        rope_scaling: None,
     }
 }
 

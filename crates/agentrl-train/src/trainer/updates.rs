@@ -32,12 +32,23 @@ impl Trainer {
     /// (the step counter stays: a recipe may take several, then [`Self::finish_step`]).
     pub fn supervised_update(&mut self, episodes: &[Episode], lr: f64) -> anyhow::Result<f64> {
         anyhow::ensure!(!episodes.is_empty(), "a supervised step needs episodes");
-        let batch = Batch::from_episodes(episodes, self.codec.pad_id(), &self.device)?;
+        // Micro-batches as the RL update's (`algorithm.minibatches` of the step's episodes,
+        // what `agentrl plan` budgets), so a warm-up on long demonstrations fits as RL does.
+        let minibatches = self
+            .config
+            .algorithm
+            .knobs
+            .minibatches
+            .clamp(1, episodes.len());
+        let micro_batches = episodes
+            .chunks(episodes.len().div_ceil(minibatches))
+            .map(|chunk| Batch::from_episodes(chunk, self.codec.pad_id(), &self.device))
+            .collect::<Result<Vec<_>, _>>()?;
         let loss = supervised_update(
             self.policy.as_ref(),
             &mut self.optimizer,
             &self.vars,
-            &batch,
+            &micro_batches,
             lr,
             self.config.optim.grad_clip,
         )?;

@@ -1,13 +1,15 @@
 //! The post-training recipes' updates on episodes they bring: supervised NLL (SFT, RFT, a
 //! format warm-up), on-policy distillation's reverse KL (ALGORITHMS.md §15), and DPO's
 //! pairwise loss (§14). Each is one optimizer step: score, loss, backward (with the policy's
-//! own part), clip, AdamW.
+//! own part), clip, AdamW; the supervised one accumulates gradients over micro-batches.
 //!
 //! Where it sits: `crate::trainer` (its updates on given episodes) → here → the optimizer.
 
 use agentrl_model::Policy;
 use agentrl_rl::{aggregate, AggMode, AggScale};
 use agentrl_rollout::Batch;
+use anyhow::Context as _;
+use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 use serde::{Deserialize, Serialize};
 
@@ -15,32 +17,71 @@ use super::score::{backward, scalar, score_batch};
 use crate::optim::{clip_grad_norm, AdamW};
 
 /// One supervised step: negative log-likelihood of the masked tokens (the action tokens of
-/// demonstrations), `token-mean` aggregated, then backward, gradient clipping and one
-/// optimizer step at `lr`. Returns the loss.
+/// demonstrations), `token-mean` aggregated over every micro-batch together, then one
+/// backward per micro-batch (gradients summed, so only one micro-batch's activations live at
+/// a time), gradient clipping and one optimizer step at `lr`. Each micro-batch's mean is
+/// weighted by its share of the masked tokens, so the step equals one over the whole batch.
+/// Returns the loss.
 pub fn supervised_update(
     policy: &dyn Policy,
     optimizer: &mut AdamW,
     vars: &[Var],
-    batch: &Batch,
+    micro_batches: &[Batch],
     lr: f64,
     grad_clip: f64,
 ) -> anyhow::Result<f64> {
-    let scored = score_batch(policy, batch)?;
-    let loss = aggregate(
-        &scored.logp.neg()?,
-        &batch.loss_mask,
-        AggMode::TokenMean,
-        &AggScale::default(),
-    )?;
-    let loss_value = scalar(&loss)?;
+    let tokens: Vec<f64> = micro_batches
+        .iter()
+        .map(|batch| scalar(&batch.loss_mask.sum_all()?))
+        .collect::<anyhow::Result<_>>()?;
+    let total: f64 = tokens.iter().sum();
+    anyhow::ensure!(
+        total > 0.0,
+        "supervised update: no demonstrated token to learn"
+    );
+    let mut loss_value = 0.0;
+    let mut summed: Option<GradStore> = None;
+    for (batch, &count) in micro_batches.iter().zip(&tokens) {
+        if count == 0.0 {
+            continue;
+        }
+        let scored = score_batch(policy, batch)?;
+        let loss = (aggregate(
+            &scored.logp.neg()?,
+            &batch.loss_mask,
+            AggMode::TokenMean,
+            &AggScale::default(),
+        )? * (count / total))?;
+        loss_value += scalar(&loss)?;
+        let grads = backward(&loss, scored.pending)?;
+        summed = Some(match summed {
+            None => grads,
+            Some(previous) => add_grads(previous, grads, vars)?,
+        });
+    }
     anyhow::ensure!(
         loss_value.is_finite(),
         "supervised update: the loss is {loss_value}"
     );
-    let mut grads = backward(&loss, scored.pending)?;
+    let mut grads = summed.context("supervised update: no micro-batch had a loss")?;
     clip_grad_norm(&mut grads, vars, grad_clip)?;
     optimizer.step(&grads, lr)?;
     Ok(loss_value)
+}
+
+/// `into + more` for every variable's gradient (gradient accumulation across micro-batches).
+fn add_grads(mut into: GradStore, more: GradStore, vars: &[Var]) -> anyhow::Result<GradStore> {
+    for var in vars {
+        let tensor = var.as_tensor();
+        if let Some(extra) = more.get(tensor) {
+            let sum = match into.get(tensor) {
+                Some(existing) => (existing + extra)?,
+                None => extra.clone(),
+            };
+            into.insert(tensor, sum);
+        }
+    }
+    Ok(into)
 }
 
 /// What one on-policy distillation update measured.

@@ -7,7 +7,7 @@
 use agentrl_engine::{Completion, Engine, GenerateParams, GenerateRequest, LogprobKind};
 use agentrl_model::fused::amx_matmul;
 use agentrl_model::lora::LoraConfig;
-use agentrl_model::qwen3::{LoadOptions, Qwen3, Qwen3Config};
+use agentrl_model::qwen3::{Architecture, LoadOptions, Qwen3, Qwen3Config};
 use agentrl_train::config::{load_config, Config};
 use agentrl_train::engine_sync::{EngineSync, EngineWeights};
 
@@ -29,6 +29,8 @@ fn policy() -> Qwen3 {
         rope_theta: 10_000.0,
         tie_word_embeddings: false,
         max_position_embeddings: 128,
+        architecture: Architecture::Qwen3,
+        rope_scaling: None,
     };
     let mut model = Qwen3::random(config, 11, 0.1, &LoadOptions::default()).unwrap();
     let lora = LoraConfig {
