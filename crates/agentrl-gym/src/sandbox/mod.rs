@@ -1,7 +1,7 @@
 //! The sandbox: model-written Python runs only here, in a child process, confined by every
 //! layer the machine allows (network namespace, rlimits, wall-clock timeout with process-group
-//! kill, Landlock filesystem confinement, a seccomp socket filter, scrubbed environment, output
-//! caps).
+//! kill, Landlock filesystem confinement, a seccomp filter at least as strict as Docker's default
+//! profile, scrubbed environment, output caps).
 //!
 //! Two executors implement [`Executor`]: a fresh `python3` per job (the baseline) and a pool of
 //! warm fork-server workers (the default). The env and the verifier only see this trait.
@@ -145,9 +145,11 @@ pub struct SandboxInfo {
     /// PID namespaces guarantee that nothing a job starts outlives it (needs root here).
     #[serde(default)]
     pub pid_namespace: bool,
-    /// A seccomp filter denies the sockets that could reach host processes through the
-    /// filesystem namespace (pathname and abstract Unix sockets), which Landlock does not cover,
-    /// and System V IPC and POSIX message queues, which no other layer covers.
+    /// A seccomp filter (seccomp.rs) denies what Docker's default profile denies (keyrings,
+    /// namespaces, mounts, ptrace, perf, bpf, io_uring, modules, ...) and the sockets that
+    /// could reach host processes through the filesystem namespace (pathname and abstract Unix
+    /// sockets), which Landlock does not cover, and System V IPC and POSIX message queues,
+    /// which no other layer covers. (The name predates the rest of the filter.)
     #[serde(default)]
     pub socket_filter: bool,
     /// Human-readable notes, e.g. why a layer is off.
@@ -225,7 +227,7 @@ pub fn sandbox_info_report() -> String {
         ("output caps", info.output_caps),
         ("unprivileged uid", info.privilege_drop),
         ("pid namespace", info.pid_namespace),
-        ("socket filter", info.socket_filter),
+        ("seccomp filter", info.socket_filter),
     ] {
         report.push_str(&format!("{name:<22}{}\n", on_off(on)));
     }
