@@ -160,7 +160,8 @@ impl TryFrom<HiddenCaseWire> for HiddenCase {
 }
 
 /// The `[limits]` table of `task.toml`: per run (the public test run, or one hidden case).
-/// Unset fields keep the env's [`Limits`] (defaults: 5 s wall clock, 4 s CPU, 512 MB).
+/// Unset fields keep the env's [`Limits`] (defaults: 5 s wall clock, 4 s CPU, 512 MB, a
+/// workspace of 64 MiB and 10000 files).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TaskLimits {
@@ -171,12 +172,23 @@ pub struct TaskLimits {
     pub cpu_s: Option<u64>,
     /// Address space in MB (an allocation past it raises `MemoryError`).
     pub memory_mb: Option<u64>,
+    /// Bytes the workspace may hold, in MiB (writes past it get ENOSPC). Left out of the
+    /// fingerprint when unset, so tasks without it keep theirs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_mib: Option<u64>,
+    /// Files (and directories) the workspace may hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<u64>,
 }
 
 /// Bounds on `[limits]`: a task cannot switch a limit off or ask for a runaway budget.
 const MAX_TIME_S: f64 = 600.0;
 const MIN_MEMORY_MB: u64 = 64;
 const MAX_MEMORY_MB: u64 = 64 << 10;
+const MIN_DISK_MIB: u64 = 1;
+const MAX_DISK_MIB: u64 = 4 << 10;
+const MIN_FILES: u64 = 100;
+const MAX_FILES: u64 = 1_000_000;
 
 impl TaskLimits {
     fn check(&self) -> Result<(), String> {
@@ -199,6 +211,20 @@ impl TaskLimits {
                 ));
             }
         }
+        if let Some(d) = self.disk_mib {
+            if !(MIN_DISK_MIB..=MAX_DISK_MIB).contains(&d) {
+                return Err(format!(
+                    "`limits.disk_mib` = {d} must be in {MIN_DISK_MIB}..={MAX_DISK_MIB}"
+                ));
+            }
+        }
+        if let Some(f) = self.files {
+            if !(MIN_FILES..=MAX_FILES).contains(&f) {
+                return Err(format!(
+                    "`limits.files` = {f} must be in {MIN_FILES}..={MAX_FILES}"
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -214,6 +240,12 @@ impl TaskLimits {
         }
         if let Some(m) = self.memory_mb {
             limits.address_space_bytes = m << 20;
+        }
+        if let Some(d) = self.disk_mib {
+            limits.disk_bytes = d << 20;
+        }
+        if let Some(f) = self.files {
+            limits.max_files = f;
         }
         limits
     }

@@ -454,7 +454,20 @@ impl HostSetup {
                     .into(),
             );
         }
+        let workspace_quota = super::scratch::workspace_quota();
+        match &workspace_quota {
+            Ok(()) => notes.push(
+                "workspace quota: each workspace is a tmpfs of its own (size= and nr_inodes= from \
+                 the job's limits), so writes past it get ENOSPC"
+                    .into(),
+            ),
+            Err(e) => notes.push(format!(
+                "workspace quota off ({e}): only RLIMIT_FSIZE bounds each file; a job can fill \
+                 the workspace's file system"
+            )),
+        }
         SandboxInfo {
+            workspace_quota: workspace_quota.is_ok(),
             network_namespace: !matches!(self.network, NetworkIsolation::Off),
             rlimits: true,
             process_group_kill: true,

@@ -6,16 +6,19 @@
 //! queues, abstract Unix sockets, inotify, timers and leftover processes, `/dev/shm` and `/tmp`
 //! names, the environment, and the interpreter's own state (builtins, `sys.modules`).
 //!
-//! The probe's code does not depend on `from module import *`: it runs at import, and its
-//! verdict is the value `mean` returns, which every public test and hidden case reads.
+//! Each class runs twice: with the plant and the probe at import of the module, and with both
+//! inside `mean`, run by every public test and hidden case that calls it, so the attack path
+//! does not depend on import-time hooks (the built-in tests' `from module import *`). The probe's
+//! verdict is the value `mean` returns.
 
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
 use agentrl_gym::sandbox::{Executor, PoolExecutor};
 use agentrl_gym::service::{GymServeOptions, GymServer};
 use agentrl_gym::{Action, BugFixEnv, Env, EnvConfig, OutcomeCache, TaskSet, ToolCall};
 use serde_json::{json, Value};
+
+use crate::post_json;
 
 const TASK: &str = "intdiv-000";
 const MODULE: &str = "averages.py";
@@ -51,26 +54,35 @@ fn fixed_with(tasks: &TaskSet, code: &str) -> String {
     format!("{fix}\n\n{code}\n")
 }
 
-/// The planting module: `plant` runs at import, its failures swallowed (a denied call is the
-/// expected answer).
-fn planting(tasks: &TaskSet, plant: &str) -> String {
+/// Where model-written code runs its plant or probe: at import of its module, or each time
+/// the tests and hidden cases call `mean` (no import-time hook at all).
+#[derive(Clone, Copy, Debug)]
+enum When {
+    AtImport,
+    AtCall,
+}
+
+/// The planting module: `plant` runs at import or in every call of `mean`, its failures
+/// swallowed (a denied call is the expected answer).
+fn planting(tasks: &TaskSet, plant: &str, when: When) -> String {
     let body: String = plant.lines().map(|l| format!("    {l}\n")).collect();
-    fixed_with(
-        tasks,
-        &format!("def _agentrl_plant():\n{body}\n\ntry:\n    _agentrl_plant()\nexcept Exception:\n    pass\n"),
-    )
+    let run = match when {
+        When::AtImport => "try:\n    _agentrl_plant()\nexcept Exception:\n    pass\n",
+        When::AtCall => "_agentrl_mean = mean\n\n\ndef mean(values):\n    try:\n        _agentrl_plant()\n    except Exception:\n        pass\n    return _agentrl_mean(values)\n",
+    };
+    fixed_with(tasks, &format!("def _agentrl_plant():\n{body}\n\n{run}"))
 }
 
 /// The probing module: `probe` is the body of a function that returns true when it sees the
-/// planted state; then `mean` answers wrong, so the public tests and hidden cases fail.
-fn probing(tasks: &TaskSet, probe: &str) -> String {
+/// planted state (run at import or in every call of `mean`); then `mean` answers wrong, so the
+/// public tests and hidden cases fail.
+fn probing(tasks: &TaskSet, probe: &str, when: When) -> String {
     let body: String = probe.lines().map(|l| format!("    {l}\n")).collect();
-    fixed_with(
-        tasks,
-        &format!(
-            "def _agentrl_probe():\n{body}\n\ntry:\n    _AGENTRL_SEEN = bool(_agentrl_probe())\nexcept Exception:\n    _AGENTRL_SEEN = False\nif _AGENTRL_SEEN:\n    def mean(values):\n        return -1.0\n"
-        ),
-    )
+    let run = match when {
+        When::AtImport => "try:\n    _AGENTRL_SEEN = bool(_agentrl_probe())\nexcept Exception:\n    _AGENTRL_SEEN = False\nif _AGENTRL_SEEN:\n    def mean(values):\n        return -1.0\n",
+        When::AtCall => "_agentrl_mean = mean\n\n\ndef mean(values):\n    try:\n        seen = bool(_agentrl_probe())\n    except Exception:\n        seen = False\n    return -1.0 if seen else _agentrl_mean(values)\n",
+    };
+    fixed_with(tasks, &format!("def _agentrl_probe():\n{body}\n\n{run}"))
 }
 
 /// One episode in `env`: `averages.py` becomes `text`, then `test` and `submit`.
@@ -87,9 +99,15 @@ fn episode(env: &mut BugFixEnv, text: &str) -> agentrl_gym::Reward {
 /// through `gym serve`; fails if the probing episode is not solved.
 fn assert_nothing_crosses(class: &str, plant: &str, probe: &str) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for when in [When::AtImport, When::AtCall] {
+        crosses_nowhere(class, when, plant, probe);
+    }
+}
+
+fn crosses_nowhere(class: &str, when: When, plant: &str, probe: &str) {
     let (tasks, executor) = one_worker();
-    let plant_text = planting(&tasks, plant);
-    let probe_text = probing(&tasks, probe);
+    let plant_text = planting(&tasks, plant, when);
+    let probe_text = probing(&tasks, probe, when);
 
     // The same worker, in process.
     let mut env = BugFixEnv::new(
@@ -102,7 +120,7 @@ fn assert_nothing_crosses(class: &str, plant: &str, probe: &str) {
     let reward = episode(&mut env, &probe_text);
     assert!(
         reward.solved(),
-        "{class}: the next episode on the same worker saw the state: {reward:?}"
+        "{class} ({when:?}): the next episode on the same worker saw the state: {reward:?}"
     );
 
     // The same `gym serve`: one client plants, another probes.
@@ -118,13 +136,14 @@ fn assert_nothing_crosses(class: &str, plant: &str, probe: &str) {
     .expect("the server starts");
     let url = server.url();
     let episode = |text: &str| -> Value {
-        let started = post(&format!("{url}/v1/episodes"), json!({ "task_id": TASK }));
+        let started = post_json(&format!("{url}/v1/episodes"), json!({ "task_id": TASK })).1;
         let id = started["episode_id"].as_str().unwrap().to_string();
         let step = |action: Value| {
-            post(
+            post_json(
                 &format!("{url}/v1/episodes/{id}/step"),
                 json!({ "action": action }),
             )
+            .1
         };
         step(json!({"kind": "call", "name": "edit", "arguments": {"path": MODULE, "text": text}}));
         step(json!({"kind": "call", "name": "test", "arguments": {}}));
@@ -136,21 +155,13 @@ fn assert_nothing_crosses(class: &str, plant: &str, probe: &str) {
     assert!(
         reward["hidden_total"].as_u64() > Some(0)
             && reward["hidden_passed"] == reward["hidden_total"],
-        "{class}: the next episode of the same gym serve saw the state: {answer}"
+        "{class} ({when:?}): the next episode of the same gym serve saw the state: {answer}"
     );
 }
 
-fn post(url: &str, body: Value) -> Value {
-    let response = ureq::post(url)
-        .set("Connection", "close")
-        .timeout(Duration::from_secs(120))
-        .send_string(&body.to_string())
-        .unwrap_or_else(|e| panic!("POST {url}: {e}"));
-    serde_json::from_str(&response.into_string().unwrap()).unwrap()
-}
-
 /// Python that forks a process which outlives the job unless the sandbox ends it: it renames
-/// itself `name` (its `/proc/PID/comm`), runs `setup`, then sleeps.
+/// itself `name` (its `/proc/PID/comm`), closes every descriptor (so no run waits on a pipe it
+/// holds), runs `setup`, then sleeps.
 fn daemon(name: &str, setup: &str) -> String {
     let setup: String = setup
         .lines()
@@ -161,6 +172,7 @@ fn daemon(name: &str, setup: &str) -> String {
          if os.fork() == 0:\n    \
              try:\n        \
                  os.setsid()\n        \
+                 os.closerange(0, 1 << 16)\n        \
                  if os.fork() == 0:\n            \
                      ctypes.CDLL(None).prctl(15, {name:?}.encode(), 0, 0, 0)\n\
          {setup}            \
@@ -170,13 +182,14 @@ fn daemon(name: &str, setup: &str) -> String {
     )
 }
 
-/// Python that looks for any process but itself and the fork server (PID 1) in its PID
+/// Python that looks for any process but itself, its parent (a hidden case's is the verdict
+/// tree's process) and the fork server (PID 1) in its PID
 /// namespace: a leftover of an earlier job has a lower pid, one it started itself a higher one.
 /// `kill(pid, 0)` answers ESRCH for none; `/proc` is out of Landlock's reach.
 const OTHER_PROCESS: &str = "import os\n\
     me = os.getpid()\n\
     for pid in range(2, me + 64):\n    \
-        if pid == me:\n        \
+        if pid in (me, os.getppid()):\n        \
             continue\n    \
         try:\n        \
             os.kill(pid, 0)\n    \
@@ -329,8 +342,9 @@ fn a_probe_sees_state_planted_in_its_own_job() {
     for (class, plant, probe) in cases {
         let text = format!(
             "{}\n{}",
-            planting(&tasks, &plant),
-            probing(&tasks, &probe).replace(&tasks.get(TASK).unwrap().reference[MODULE], "")
+            planting(&tasks, &plant, When::AtImport),
+            probing(&tasks, &probe, When::AtImport)
+                .replace(&tasks.get(TASK).unwrap().reference[MODULE], "")
         );
         let reward = episode(&mut env, &text);
         assert!(
