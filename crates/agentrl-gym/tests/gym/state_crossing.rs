@@ -85,6 +85,17 @@ fn probing(tasks: &TaskSet, probe: &str, when: When) -> String {
     fixed_with(tasks, &format!("def _agentrl_probe():\n{body}\n\n{run}"))
 }
 
+/// The layer that closes a class (see `src/sandbox/mod.rs`); where it is off on this machine
+/// (no root, an old kernel), the class is reported, not checked.
+#[derive(Clone, Copy, Debug)]
+enum Layer {
+    Seccomp,
+    PidNamespace,
+    Landlock,
+    /// Each job forks from the server's pristine image: always on.
+    Fork,
+}
+
 /// One episode in `env`: `averages.py` becomes `text`, then `test` and `submit`.
 fn episode(env: &mut BugFixEnv, text: &str) -> agentrl_gym::Reward {
     env.reset(TASK).unwrap();
@@ -97,8 +108,22 @@ fn episode(env: &mut BugFixEnv, text: &str) -> agentrl_gym::Reward {
 
 /// Plants in one episode (its tests and its verdict), then probes in the next, in the env and
 /// through `gym serve`; fails if the probing episode is not solved.
-fn assert_nothing_crosses(class: &str, plant: &str, probe: &str) {
+fn assert_nothing_crosses(class: &str, layer: Layer, plant: &str, probe: &str) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let info = one_worker().1.info();
+    let on = match layer {
+        Layer::Seccomp => info.socket_filter,
+        Layer::PidNamespace => info.pid_namespace,
+        Layer::Landlock => info.landlock,
+        Layer::Fork => true,
+    };
+    if !on {
+        eprintln!(
+            "{class}: the {layer:?} layer that closes it is off here, not checked: {:?}",
+            info.notes
+        );
+        return;
+    }
     for when in [When::AtImport, When::AtCall] {
         crosses_nowhere(class, when, plant, probe);
     }
@@ -218,7 +243,7 @@ fn keyrings_do_not_cross_jobs() {
         request = libc::SYS_request_key,
         keyctl = libc::SYS_keyctl
     );
-    assert_nothing_crosses("keyring", &plant, &probe);
+    assert_nothing_crosses("keyring", Layer::Seccomp, &plant, &probe);
 }
 
 #[test]
@@ -232,7 +257,7 @@ fn system_v_ipc_does_not_cross_jobs() {
         "{LIBC}return libc.shmget(0x61677270, 0, 0) >= 0 or libc.msgget(0x61677270, 0) >= 0 \
          or libc.semget(0x61677270, 0, 0) >= 0\n"
     );
-    assert_nothing_crosses("System V IPC", &plant, &probe);
+    assert_nothing_crosses("System V IPC", Layer::Seccomp, &plant, &probe);
 }
 
 #[test]
@@ -240,7 +265,7 @@ fn posix_message_queues_do_not_cross_jobs() {
     let plant =
         format!("{LIBC}libc.mq_open(b'/agentrl-plant', os.O_CREAT | os.O_RDWR, 0o666, None)\n");
     let probe = format!("{LIBC}return libc.mq_open(b'/agentrl-plant', os.O_RDONLY) >= 0\n");
-    assert_nothing_crosses("POSIX message queue", &plant, &probe);
+    assert_nothing_crosses("POSIX message queue", Layer::Seccomp, &plant, &probe);
 }
 
 #[test]
@@ -253,7 +278,7 @@ fn abstract_unix_sockets_do_not_cross_jobs() {
         client = socket.socket(socket.AF_UNIX)\n\
         client.connect(b'\\0agentrl-plant')\n\
         return True\n";
-    assert_nothing_crosses("abstract Unix socket", &plant, probe);
+    assert_nothing_crosses("abstract Unix socket", Layer::Seccomp, &plant, probe);
 }
 
 #[test]
@@ -263,7 +288,7 @@ fn inotify_watches_do_not_cross_jobs() {
         "agentrl-inotify",
         "libc = ctypes.CDLL(None)\nfd = libc.inotify_init()\nlibc.inotify_add_watch(fd, b'.', 0xfff)\nlibc.inotify_add_watch(fd, b'..', 0xfff)",
     );
-    assert_nothing_crosses("inotify", &plant, OTHER_PROCESS);
+    assert_nothing_crosses("inotify", Layer::PidNamespace, &plant, OTHER_PROCESS);
 }
 
 #[test]
@@ -277,7 +302,7 @@ fn timers_and_leftover_processes_do_not_cross_jobs() {
     let probe = format!(
         "def signal_pending():\n    import signal\n    return signal.getitimer(signal.ITIMER_REAL) != (0.0, 0.0)\n{probe}"
     );
-    assert_nothing_crosses("timers", &plant, &probe);
+    assert_nothing_crosses("timers", Layer::PidNamespace, &plant, &probe);
 }
 
 #[test]
@@ -290,7 +315,7 @@ fn dev_shm_and_tmp_names_do_not_cross_jobs() {
                 pass\n";
     let probe = "import os\n\
         return any(os.path.exists(p) for p in ('/dev/shm/agentrl-plant', '/tmp/agentrl-plant', '../agentrl-plant'))\n";
-    assert_nothing_crosses("/dev/shm names", plant, probe);
+    assert_nothing_crosses("/dev/shm names", Layer::Landlock, plant, probe);
 }
 
 #[test]
@@ -300,7 +325,7 @@ fn the_environment_does_not_cross_jobs() {
     let probe = "import os\n\
         return 'AGENTRL_PLANT' in os.environ or 'AGENTRL_PLANT2' in os.environ \
         or b'AGENTRL_PLANT' in open('/proc/self/environ', 'rb').read()\n";
-    assert_nothing_crosses("environment", plant, probe);
+    assert_nothing_crosses("environment", Layer::Fork, plant, probe);
 }
 
 #[test]
@@ -312,7 +337,7 @@ fn interpreter_state_does_not_cross_jobs() {
     let probe = "import builtins, sys, json\n\
         return hasattr(builtins, 'AGENTRL_PLANT') or 'agentrl_plant' in sys.modules \
         or hasattr(json, 'AGENTRL_PLANT')\n";
-    assert_nothing_crosses("interpreter state", plant, probe);
+    assert_nothing_crosses("interpreter state", Layer::Fork, plant, probe);
 }
 
 /// The probes are not blind: planted in the probing job itself, before the probe, the state is
