@@ -11,7 +11,7 @@
 //! digest of its contents ([`TaskSet::builtin_dir`]). `--tasks-dir DIR` (or
 //! [`TaskSet::load_dir`]) points at any other folder of tasks.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -222,6 +222,37 @@ impl TaskLimits {
             if !(MIN_FILES..=MAX_FILES).contains(&f) {
                 return Err(format!(
                     "`limits.files` = {f} must be in {MIN_FILES}..={MAX_FILES}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A workspace quota the task sets must hold the task's own files (the episode's workspace
+    /// starts with `visible`): counted as tmpfs does, in whole pages, and one inode per file
+    /// and per folder.
+    fn check_fits(&self, visible: &BTreeMap<String, String>) -> Result<(), String> {
+        const PAGE: u64 = 4096;
+        let bytes: u64 = visible
+            .values()
+            .map(|text| (text.len() as u64).div_ceil(PAGE) * PAGE)
+            .sum();
+        let folders: BTreeSet<&str> = visible
+            .keys()
+            .flat_map(|path| path.match_indices('/').map(|(at, _)| &path[..at]))
+            .collect();
+        let files = (visible.len() + folders.len()) as u64;
+        if let Some(d) = self.disk_mib {
+            if bytes > d << 20 {
+                return Err(format!(
+                    "`limits.disk_mib` = {d} cannot hold the task's own files ({bytes} bytes)"
+                ));
+            }
+        }
+        if let Some(f) = self.files {
+            if files > f {
+                return Err(format!(
+                    "`limits.files` = {f} cannot hold the task's own {files} files and folders"
                 ));
             }
         }
@@ -443,6 +474,9 @@ impl Task {
             visible.insert(file.clone(), read(file)?);
         }
         visible.insert(PUBLIC_TEST_FILE.to_string(), read(PUBLIC_TEST_FILE)?);
+        meta.limits
+            .check_fits(&visible)
+            .map_err(|m| bad(&toml_path, m))?;
         for (i, candidate) in meta.candidates.iter().enumerate() {
             let Some(source) = visible.get(&candidate.path) else {
                 return Err(bad(

@@ -338,6 +338,8 @@ fn task_limits_set_the_quota() {
         ("quota-ok-000", "disk_mib = 2\nfiles = 500\n"),
         ("quota-bad-000", "disk_mib = 0\n"),
         ("quota-bad-001", "files = 5\n"),
+        // In range, but too small for the task's own 2 MiB support file.
+        ("quota-bad-002", "disk_mib = 1\n"),
     ] {
         let dir = root.path().join(id);
         std::fs::create_dir_all(dir.join("reference")).unwrap();
@@ -349,17 +351,26 @@ fn task_limits_set_the_quota() {
             dir.join("reference").join(MODULE),
         )
         .unwrap();
-        let toml = std::fs::read_to_string(from.join("task.toml"))
+        let mut toml = std::fs::read_to_string(from.join("task.toml"))
             .unwrap()
             .replace(TASK, id);
+        if id == "quota-bad-002" {
+            std::fs::write(dir.join("big.txt"), "x".repeat(2 << 20)).unwrap();
+            toml = toml.replace(
+                "modules = [\"averages.py\"]",
+                "modules = [\"averages.py\"]\nsupport = [\"big.txt\"]",
+            );
+        }
         std::fs::write(dir.join("task.toml"), format!("{toml}\n[limits]\n{extra}")).unwrap();
     }
     let err = TaskSet::load_dir(root.path()).unwrap_err().to_string();
     assert!(
-        err.contains("limits.disk_mib") && err.contains("limits.files"),
+        err.contains("`limits.disk_mib` = 0")
+            && err.contains("`limits.files` = 5")
+            && err.contains("`limits.disk_mib` = 1 cannot hold the task's own files"),
         "{err}"
     );
-    for bad in ["quota-bad-000", "quota-bad-001"] {
+    for bad in ["quota-bad-000", "quota-bad-001", "quota-bad-002"] {
         std::fs::remove_dir_all(root.path().join(bad)).unwrap();
     }
     let tasks = Arc::new(TaskSet::load_dir(root.path()).unwrap());
