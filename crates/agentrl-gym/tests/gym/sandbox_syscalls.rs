@@ -211,7 +211,8 @@ fn clone3_is_not_implemented() {
 }
 
 /// What Python needs from the filtered calls still works: threads (clone3 falls back to clone),
-/// subprocesses (posix_spawn), `os.fork`, the personality query, inet and stream-pair sockets.
+/// subprocesses (posix_spawn), `os.fork`, the personality query, inet and stream-pair sockets,
+/// the clocks' descriptions (no `adjtimex`).
 #[test]
 fn what_python_needs_still_works() {
     let program = "import ctypes, os, socket, subprocess, sys, threading\n\
@@ -228,8 +229,13 @@ fn what_python_needs_still_works() {
         a.send(b'pair'); seen.append(b.recv(4).decode())\n\
         socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()\n\
         seen.append('inet')\n\
+        import time\n\
+        seen.append('clock %d' % all(time.get_clock_info(c).resolution > 0 for c in ('time', 'monotonic', 'perf_counter', 'process_time')))\n\
         os.write(3, ' '.join(seen).encode())\n";
     for (name, result) in run_everywhere(program) {
-        assert_eq!(result, "thread child fork 7 persona 1 pair inet", "{name}");
+        assert_eq!(
+            result, "thread child fork 7 persona 1 pair inet clock 1",
+            "{name}"
+        );
     }
 }
