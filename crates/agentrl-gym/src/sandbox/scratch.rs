@@ -22,9 +22,11 @@
 //! Quotas: a workspace made by [`bounded_scratch_dir`] gets a tmpfs of its own, mounted by this
 //! (trusted) process with `size=` and `nr_inodes=` from the job's [`Limits`], so a candidate that
 //! writes without end gets `ENOSPC` at its quota and takes no more of the host's memory or inodes
-//! than that. Mounting needs root (`CAP_SYS_ADMIN`); elsewhere the workspace is a plain directory,
-//! only `RLIMIT_FSIZE` bounds each file, and [`workspace_quota`] says why. The mount is undone when
-//! the directory is dropped; after a crash, by the janitor or the next process's reclaim, which
+//! than that. Mounting needs root (`CAP_SYS_ADMIN`); elsewhere the workspace is a plain
+//! directory, [`workspace_quota`] says why, only `RLIMIT_FSIZE` bounds each file while a job
+//! runs, and a check by the trusted side after each test run ([`ScratchDir::limit_hit`]) is all
+//! that reports a workspace past its quota: it does not stop the writes. The mount is undone
+//! when the directory is dropped; after a crash, by the janitor or the next process's reclaim, which
 //! detach every mount below a run directory before removing it. The mounts live in the host's
 //! mount namespace (the trusted side writes the task's files into them, and a multi-threaded
 //! process cannot take a mount namespace of its own), so they show in its mount table while
@@ -118,8 +120,9 @@ impl Quota {
 /// the machine allows ([`workspace_quota`]). Unmounted when dropped, then removed.
 #[derive(Debug)]
 pub struct ScratchDir {
-    /// Declared before `dir`: unmounted (in `drop`) before the directory is removed.
-    quota: Option<Quota>,
+    quota: Quota,
+    /// A tmpfs of `quota` is mounted on `dir` (unmounted in `drop`, before `dir` is removed).
+    mounted: bool,
     dir: tempfile::TempDir,
 }
 
@@ -130,13 +133,18 @@ impl ScratchDir {
 
     /// The quota the kernel enforces on this directory, if one does.
     pub fn quota(&self) -> Option<Quota> {
-        self.quota
+        self.mounted.then_some(self.quota)
     }
 
-    /// The quota limit this directory has reached, if any: no room left for another write
-    /// (under 64 KiB free, so a writer's last short write counts) or for another file.
+    /// The quota limit this directory has reached, if any. On its own tmpfs: no room left for
+    /// another write (under 64 KiB free, so a writer's last short write counts) or for another
+    /// file. Without one (no root), the trusted side's after-the-fact check: what the directory
+    /// holds, counted up to the quota, is past it (the job was not stopped at it).
     pub fn limit_hit(&self) -> Option<LimitHit> {
-        let quota = self.quota?;
+        let quota = self.quota;
+        if !self.mounted {
+            return over_quota(self.path(), quota);
+        }
         let stats = statvfs(self.path()).ok()?;
         let free_bytes = (stats.f_bavail as u64).saturating_mul(stats.f_frsize as u64);
         if free_bytes < 64 << 10 {
@@ -151,9 +159,36 @@ impl ScratchDir {
     }
 }
 
+/// Walks `dir` (links not followed) until what it holds passes `quota`; the limit passed.
+fn over_quota(dir: &Path, quota: Quota) -> Option<LimitHit> {
+    let (mut bytes, mut files) = (0u64, 0u64);
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(next) = pending.pop() {
+        for entry in std::fs::read_dir(&next).ok()?.flatten() {
+            let Ok(meta) = entry.path().symlink_metadata() else {
+                continue;
+            };
+            files += 1;
+            bytes += meta.len();
+            if meta.is_dir() {
+                pending.push(entry.path());
+            }
+            if bytes > quota.bytes {
+                return Some(LimitHit::Disk {
+                    megabytes: quota.bytes >> 20,
+                });
+            }
+            if files >= quota.files {
+                return Some(LimitHit::Files { count: quota.files });
+            }
+        }
+    }
+    None
+}
+
 impl Drop for ScratchDir {
     fn drop(&mut self) {
-        if self.quota.is_some() {
+        if self.mounted {
             if let Err(e) = unmount(self.path()) {
                 tracing::warn!("unmount workspace {}: {e}", self.path().display());
             }
@@ -259,7 +294,11 @@ pub fn workspace_quota() -> Result<(), String> {
 pub fn bounded_scratch_dir(prefix: &str, quota: Quota) -> std::io::Result<ScratchDir> {
     let dir = scratch_dir(prefix)?;
     if workspace_quota().is_err() {
-        return Ok(ScratchDir { quota: None, dir });
+        return Ok(ScratchDir {
+            quota,
+            mounted: false,
+            dir,
+        });
     }
     mount_tmpfs(dir.path(), quota).map_err(|e| {
         io_error(format!(
@@ -268,7 +307,8 @@ pub fn bounded_scratch_dir(prefix: &str, quota: Quota) -> std::io::Result<Scratc
         ))
     })?;
     Ok(ScratchDir {
-        quota: Some(quota),
+        quota,
+        mounted: true,
         dir,
     })
 }
