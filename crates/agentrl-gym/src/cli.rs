@@ -134,6 +134,10 @@ pub struct ServeArgs {
     /// Live episodes at most; a start past it is answered 429.
     #[arg(long, default_value_t = 256)]
     pub max_episodes: usize,
+    /// Workspace quota (MiB) across live episodes at most: each counts its task's
+    /// `limits.disk_mib` (64 by default); a start past it is answered 429.
+    #[arg(long, default_value_t = 256 * 64)]
+    pub max_workspace_mib: u64,
     /// Close an episode after this many seconds without a request.
     #[arg(long, default_value_t = 600.0)]
     pub idle_timeout_s: f64,
@@ -165,6 +169,7 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     report_broken(&tasks);
     let mut options = GymServeOptions {
         max_episodes: args.max_episodes,
+        max_workspace_mib: args.max_workspace_mib,
         idle_timeout,
         access,
         ..GymServeOptions::default()

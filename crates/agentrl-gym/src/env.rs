@@ -186,7 +186,7 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> GymError {
 
 struct Episode {
     task: Arc<Task>,
-    workspace: tempfile::TempDir,
+    workspace: crate::sandbox::ScratchDir,
     turns: u32,
     format_errors: u32,
     done: bool,
@@ -389,6 +389,9 @@ impl BugFixEnv {
                 limits: limits.clone(),
             })?;
             let mut report = harness::parse_public(&output, &limits);
+            if let Some(hit) = episode.workspace.limit_hit() {
+                harness::note_limit(&mut report, hit);
+            }
             if let Some(failure) = report.first_failure.as_mut() {
                 failure.message = truncate_chars(&failure.message, self.config.max_message_chars);
             }
@@ -670,8 +673,10 @@ impl Env for BugFixEnv {
 
     fn reset(&mut self, task_id: &str) -> Result<Observation, GymError> {
         let task = self.tasks.get(task_id)?;
-        let workspace =
-            crate::sandbox::scratch_dir("agentrl-ws-").map_err(io("creating a workspace"))?;
+        // Its own tmpfs, with the task's byte and file quota (see sandbox/scratch.rs).
+        let quota = crate::sandbox::Quota::of(&task.run_limits(&self.config.limits));
+        let workspace = crate::sandbox::bounded_scratch_dir("agentrl-ws-", quota)
+            .map_err(io("creating a workspace"))?;
         verify::write_files(
             workspace.path(),
             task.visible.iter().map(|(k, v)| (k.as_str(), v.as_str())),

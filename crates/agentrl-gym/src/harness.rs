@@ -339,6 +339,16 @@ pub fn parse_public(output: &RunOutput, limits: &Limits) -> TestReport {
     report
 }
 
+/// Says in `report` that the run left its workspace full (`hit`, a quota limit): in `crashed`,
+/// ahead of whatever else broke the run, since the tests it did report may have failed for it.
+pub fn note_limit(report: &mut TestReport, hit: LimitHit) {
+    let note = format!("{hit}: writes in the workspace failed with ENOSPC");
+    report.crashed = Some(match report.crashed.take() {
+        Some(crashed) => format!("{note}; {crashed}"),
+        None => note,
+    });
+}
+
 /// Per-case verdicts of the hidden cases, in the task's case order.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct HiddenScore {

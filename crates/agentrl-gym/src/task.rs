@@ -11,7 +11,7 @@
 //! digest of its contents ([`TaskSet::builtin_dir`]). `--tasks-dir DIR` (or
 //! [`TaskSet::load_dir`]) points at any other folder of tasks.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -160,7 +160,8 @@ impl TryFrom<HiddenCaseWire> for HiddenCase {
 }
 
 /// The `[limits]` table of `task.toml`: per run (the public test run, or one hidden case).
-/// Unset fields keep the env's [`Limits`] (defaults: 5 s wall clock, 4 s CPU, 512 MB).
+/// Unset fields keep the env's [`Limits`] (defaults: 5 s wall clock, 4 s CPU, 512 MB, a
+/// workspace of 64 MiB and 10000 files).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TaskLimits {
@@ -171,12 +172,23 @@ pub struct TaskLimits {
     pub cpu_s: Option<u64>,
     /// Address space in MB (an allocation past it raises `MemoryError`).
     pub memory_mb: Option<u64>,
+    /// Bytes the workspace may hold, in MiB (writes past it get ENOSPC). Left out of the
+    /// fingerprint when unset, so tasks without it keep theirs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_mib: Option<u64>,
+    /// Files (and directories) the workspace may hold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<u64>,
 }
 
 /// Bounds on `[limits]`: a task cannot switch a limit off or ask for a runaway budget.
 const MAX_TIME_S: f64 = 600.0;
 const MIN_MEMORY_MB: u64 = 64;
 const MAX_MEMORY_MB: u64 = 64 << 10;
+const MIN_DISK_MIB: u64 = 1;
+const MAX_DISK_MIB: u64 = 4 << 10;
+const MIN_FILES: u64 = 100;
+const MAX_FILES: u64 = 1_000_000;
 
 impl TaskLimits {
     fn check(&self) -> Result<(), String> {
@@ -199,6 +211,51 @@ impl TaskLimits {
                 ));
             }
         }
+        if let Some(d) = self.disk_mib {
+            if !(MIN_DISK_MIB..=MAX_DISK_MIB).contains(&d) {
+                return Err(format!(
+                    "`limits.disk_mib` = {d} must be in {MIN_DISK_MIB}..={MAX_DISK_MIB}"
+                ));
+            }
+        }
+        if let Some(f) = self.files {
+            if !(MIN_FILES..=MAX_FILES).contains(&f) {
+                return Err(format!(
+                    "`limits.files` = {f} must be in {MIN_FILES}..={MAX_FILES}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A workspace quota the task sets must hold the task's own files (the episode's workspace
+    /// starts with `visible`): counted as tmpfs does, in whole pages, and one inode per file
+    /// and per folder.
+    fn check_fits(&self, visible: &BTreeMap<String, String>) -> Result<(), String> {
+        const PAGE: u64 = 4096;
+        let bytes: u64 = visible
+            .values()
+            .map(|text| (text.len() as u64).div_ceil(PAGE) * PAGE)
+            .sum();
+        let folders: BTreeSet<&str> = visible
+            .keys()
+            .flat_map(|path| path.match_indices('/').map(|(at, _)| &path[..at]))
+            .collect();
+        let files = (visible.len() + folders.len()) as u64;
+        if let Some(d) = self.disk_mib {
+            if bytes > d << 20 {
+                return Err(format!(
+                    "`limits.disk_mib` = {d} cannot hold the task's own files ({bytes} bytes)"
+                ));
+            }
+        }
+        if let Some(f) = self.files {
+            if files > f {
+                return Err(format!(
+                    "`limits.files` = {f} cannot hold the task's own {files} files and folders"
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -214,6 +271,12 @@ impl TaskLimits {
         }
         if let Some(m) = self.memory_mb {
             limits.address_space_bytes = m << 20;
+        }
+        if let Some(d) = self.disk_mib {
+            limits.disk_bytes = d << 20;
+        }
+        if let Some(f) = self.files {
+            limits.max_files = f;
         }
         limits
     }
@@ -411,6 +474,9 @@ impl Task {
             visible.insert(file.clone(), read(file)?);
         }
         visible.insert(PUBLIC_TEST_FILE.to_string(), read(PUBLIC_TEST_FILE)?);
+        meta.limits
+            .check_fits(&visible)
+            .map_err(|m| bad(&toml_path, m))?;
         for (i, candidate) in meta.candidates.iter().enumerate() {
             let Some(source) = visible.get(&candidate.path) else {
                 return Err(bad(

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 use crate::harness::{self, CaseVerdict, HiddenScore, InSandbox, Scored, TreeCase};
-use crate::sandbox::{Executor, Job, Limits, RunOutput, SandboxError};
+use crate::sandbox::{Executor, Job, Limits, Quota, RunOutput, SandboxError};
 use crate::task::{Task, PUBLIC_TEST_FILE};
 use crate::trusted::{self, Split, TrustedChecker};
 use crate::types::TestReport;
@@ -80,8 +80,12 @@ pub fn write_files<'a>(
     Ok(())
 }
 
-fn scratch_dir(files: &[(&str, &str)]) -> Result<tempfile::TempDir, std::io::Error> {
-    let dir = crate::sandbox::scratch_dir("agentrl-verify-")?;
+/// A verifier workspace holding `files`, with the quota of `limits`.
+fn scratch_dir(
+    files: &[(&str, &str)],
+    limits: &Limits,
+) -> Result<crate::sandbox::ScratchDir, std::io::Error> {
+    let dir = crate::sandbox::bounded_scratch_dir("agentrl-verify-", Quota::of(limits))?;
     write_files(dir.path(), files.iter().copied())?;
     Ok(dir)
 }
@@ -265,7 +269,7 @@ impl<'a> Cases<'a> {
             .output_cap_bytes
             .max((2 * harness::HIDDEN_RESULT_CAP_BYTES + (64 << 10)) * which.len().max(1));
         // A fresh directory per tree; inside it, the tree puts the workspace back between cases.
-        let dir = scratch_dir(files)?;
+        let dir = scratch_dir(files, &tree_limits)?;
         let output = executor.run(&Job {
             workspace: dir.path().to_path_buf(),
             program: harness::VERDICT_TREE_PROGRAM.to_string(),
@@ -386,7 +390,7 @@ pub fn verify(
         files.push((PUBLIC_TEST_FILE, pristine_tests));
         let public_limits = task.run_limits(limits);
         let run_public = || -> Result<RunOutput, VerifyError> {
-            let dir = scratch_dir(&files)?;
+            let dir = scratch_dir(&files, &public_limits)?;
             Ok(executor.run(&Job {
                 workspace: dir.path().to_path_buf(),
                 program: harness::PUBLIC_TESTS_PROGRAM.to_string(),

@@ -5,7 +5,7 @@
 //! network namespace; `unshare(CLONE_NEWPID)` and fork once more, so the interpreter is PID 1
 //! of its own namespace while the outer process only waits and relays its status (when PID 1
 //! exits the kernel kills everything left in the namespace); `chdir` to the workspace;
-//! rlimits; Landlock; the seccomp socket filter; drop to the job's uid; parent-death signal;
+//! rlimits; Landlock; the seccomp filter; drop to the job's uid; parent-death signal;
 //! address-space limit last. The program travels on fd 4, the result channel is fd 3.
 
 use std::io::Write as _;

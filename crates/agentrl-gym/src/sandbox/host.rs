@@ -59,7 +59,7 @@ pub(crate) struct HostSetup {
     pub read_only_paths: Vec<PathBuf>,
     /// Device files that stay readable and writable.
     pub read_write_files: Vec<PathBuf>,
-    /// The seccomp socket filter (see `seccomp.rs`); `None` when the kernel refuses it.
+    /// The seccomp filter (see `seccomp.rs`); `None` when the kernel refuses it.
     pub socket_filter: Option<seccompiler::BpfProgram>,
     pub notes: Vec<String>,
 }
@@ -237,14 +237,14 @@ pub fn beneath_rules(paths: Vec<PathBuf>) -> Vec<PathBuf> {
     kept
 }
 
-/// Compiles the socket filter and checks, in a throwaway interpreter, that the kernel installs
+/// Compiles the seccomp filter and checks, in a throwaway interpreter, that the kernel installs
 /// it and that it denies an `AF_UNIX` socket while a stream socketpair still works.
 fn probe_socket_filter(python: &Path, allow_inet: bool) -> Result<seccompiler::BpfProgram, String> {
     const CHECK: &str = "import socket\n\
         a, b = socket.socketpair()\n\
         try:\n    socket.socket(socket.AF_UNIX)\nexcept PermissionError:\n    raise SystemExit(0)\n\
         raise SystemExit(3)\n";
-    let program = super::seccomp::socket_filter(allow_inet)?;
+    let program = super::seccomp::sandbox_filter(allow_inet)?;
     let in_child = program.clone();
     let mut command = Command::new(python);
     command
@@ -361,7 +361,7 @@ impl HostSetup {
             Ok(program) => Some(program),
             Err(e) => {
                 notes.push(format!(
-                    "socket filter off ({e}): a job can reach host processes on pathname Unix sockets, System V IPC and POSIX message queues"
+                    "seccomp filter off ({e}): a job can reach host processes on pathname Unix sockets, System V IPC and POSIX message queues, keep keys in its uid's keyring and call what Docker's default profile denies"
                 ));
                 None
             }
@@ -446,14 +446,28 @@ impl HostSetup {
         }
         if self.socket_filter.is_some() {
             notes.push(
-                "seccomp socket filter: no socket() but AF_INET/AF_INET6 inside the empty network \
-                 namespace (none without it), socketpair only AF_UNIX stream/seqpacket, no \
-                 io_uring, no System V IPC or POSIX message queues; so no pathname or abstract \
-                 Unix socket, shared memory segment or queue of the host is reachable"
+                "seccomp filter (Docker's default profile's denials and more, see seccomp.rs): no \
+                 socket() but AF_INET/AF_INET6 inside the empty network namespace (none without \
+                 it), socketpair only AF_UNIX stream/seqpacket, no io_uring, System V IPC, POSIX \
+                 message queues, keyrings, namespaces, mounts, chroot, ptrace, perf, bpf, \
+                 userfaultfd, modules or kexec"
                     .into(),
             );
         }
+        let workspace_quota = super::scratch::workspace_quota();
+        match &workspace_quota {
+            Ok(()) => notes.push(
+                "workspace quota: each workspace is a tmpfs of its own (size= and nr_inodes= from \
+                 the job's limits), so writes past it get ENOSPC"
+                    .into(),
+            ),
+            Err(e) => notes.push(format!(
+                "workspace quota off ({e}): only RLIMIT_FSIZE bounds each file; a job can fill \
+                 the workspace's file system"
+            )),
+        }
         SandboxInfo {
+            workspace_quota: workspace_quota.is_ok(),
             network_namespace: !matches!(self.network, NetworkIsolation::Off),
             rlimits: true,
             process_group_kill: true,

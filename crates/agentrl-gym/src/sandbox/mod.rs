@@ -1,7 +1,7 @@
 //! The sandbox: model-written Python runs only here, in a child process, confined by every
 //! layer the machine allows (network namespace, rlimits, wall-clock timeout with process-group
-//! kill, Landlock filesystem confinement, a seccomp socket filter, scrubbed environment, output
-//! caps).
+//! kill, Landlock filesystem confinement, a seccomp filter at least as strict as Docker's default
+//! profile, scrubbed environment, output caps).
 //!
 //! Two executors implement [`Executor`]: a fresh `python3` per job (the baseline) and a pool of
 //! warm fork-server workers (the default). The env and the verifier only see this trait.
@@ -13,6 +13,25 @@
 //!   bytes in [`RunOutput::result`], capped like stdout. Tests and harnesses use fd 3 so that
 //!   prints of the code under test cannot be mistaken for results.
 //! - `stdin` is fed to the program's standard input.
+//!
+//! Nothing a job does reaches the next one. A pool worker's jobs share its uid and fork from
+//! the same server, so every kind of state the kernel keeps per uid or that outlives a
+//! process is closed (`tests/gym/state_crossing.rs` plants each in one episode and looks for
+//! it in the next, on the same worker and the same `gym serve`):
+//! - keyrings (per uid, outliving every process): `add_key`, `request_key` and `keyctl` are
+//!   denied by the seccomp filter (`seccomp.rs`), as in Docker's default profile;
+//! - System V IPC and POSIX message queues (per IPC namespace, which jobs share with the host):
+//!   denied by the seccomp filter;
+//! - abstract Unix sockets: `socket(AF_UNIX)` is denied by the seccomp filter (and, from
+//!   Landlock ABI 6 on, scoped to the job's domain);
+//! - processes and what only lives in them (inotify watches, timers, file locks, pending
+//!   signals): after each job the worker, PID 1 of its own PID namespace, kills and reaps
+//!   everything left in it (without root, no PID namespace: the job's process group only);
+//! - `/dev/shm`, `/tmp` and every other name in the file system: Landlock lets a job write
+//!   inside its workspace only, and each episode and verdict gets a fresh workspace (a tmpfs of
+//!   its own with a byte and file quota, `scratch.rs`, where we are root);
+//! - the environment and the interpreter's own state (modules, builtins): each job forks from
+//!   the server's pristine image, and the server never runs job code.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -30,6 +49,20 @@ pub struct Limits {
     pub max_open_files: u64,
     /// Cap on each of stdout, stderr and the fd-3 result channel.
     pub output_cap_bytes: usize,
+    /// Bytes the workspace may hold in all (its own tmpfs, see `scratch.rs`).
+    #[serde(default = "default_disk_bytes")]
+    pub disk_bytes: u64,
+    /// Files, directories and links the workspace may hold in all.
+    #[serde(default = "default_max_files")]
+    pub max_files: u64,
+}
+
+fn default_disk_bytes() -> u64 {
+    64 << 20
+}
+
+fn default_max_files() -> u64 {
+    10_000
 }
 
 impl Default for Limits {
@@ -42,6 +75,8 @@ impl Default for Limits {
             max_file_bytes: 8 << 20,
             max_open_files: 64,
             output_cap_bytes: 64 << 10,
+            disk_bytes: default_disk_bytes(),
+            max_files: default_max_files(),
         }
     }
 }
@@ -72,6 +107,10 @@ pub enum LimitHit {
     Time { seconds: f64 },
     /// The address-space limit, in MB.
     Memory { megabytes: u64 },
+    /// The workspace's size quota, in MB: writes failed with ENOSPC.
+    Disk { megabytes: u64 },
+    /// The workspace's file-count quota: creating files failed with ENOSPC.
+    Files { count: u64 },
 }
 
 impl std::fmt::Display for LimitHit {
@@ -79,6 +118,18 @@ impl std::fmt::Display for LimitHit {
         match self {
             LimitHit::Time { seconds } => write!(f, "time limit of {seconds} s exceeded"),
             LimitHit::Memory { megabytes } => write!(f, "memory limit of {megabytes} MB exceeded"),
+            LimitHit::Disk { megabytes } => {
+                write!(
+                    f,
+                    "workspace limit of {megabytes} MB reached (no space left)"
+                )
+            }
+            LimitHit::Files { count } => {
+                write!(
+                    f,
+                    "workspace limit of {count} files reached (no space left)"
+                )
+            }
         }
     }
 }
@@ -145,11 +196,17 @@ pub struct SandboxInfo {
     /// PID namespaces guarantee that nothing a job starts outlives it (needs root here).
     #[serde(default)]
     pub pid_namespace: bool,
-    /// A seccomp filter denies the sockets that could reach host processes through the
-    /// filesystem namespace (pathname and abstract Unix sockets), which Landlock does not cover,
-    /// and System V IPC and POSIX message queues, which no other layer covers.
+    /// A seccomp filter (seccomp.rs) denies what Docker's default profile denies (keyrings,
+    /// namespaces, mounts, ptrace, perf, bpf, io_uring, modules, ...) and the sockets that
+    /// could reach host processes through the filesystem namespace (pathname and abstract Unix
+    /// sockets), which Landlock does not cover, and System V IPC and POSIX message queues,
+    /// which no other layer covers. (The name predates the rest of the filter.)
     #[serde(default)]
     pub socket_filter: bool,
+    /// Each workspace is a tmpfs of its own, mounted with the job's byte and file quota (needs
+    /// root here), so writes past it get ENOSPC.
+    #[serde(default)]
+    pub workspace_quota: bool,
     /// Human-readable notes, e.g. why a layer is off.
     pub notes: Vec<String>,
 }
@@ -192,7 +249,7 @@ pub mod seccomp;
 
 pub use fresh::FreshExecutor;
 pub use pool::PoolExecutor;
-pub use scratch::{scratch_dir, scratch_root};
+pub use scratch::{bounded_scratch_dir, scratch_dir, scratch_root, Quota, ScratchDir};
 
 /// The default executor: a warm pool with one worker per available core (at least 2).
 pub fn default_executor() -> Result<std::sync::Arc<dyn Executor>, SandboxError> {
@@ -225,7 +282,8 @@ pub fn sandbox_info_report() -> String {
         ("output caps", info.output_caps),
         ("unprivileged uid", info.privilege_drop),
         ("pid namespace", info.pid_namespace),
-        ("socket filter", info.socket_filter),
+        ("seccomp filter", info.socket_filter),
+        ("workspace quota", info.workspace_quota),
     ] {
         report.push_str(&format!("{name:<22}{}\n", on_off(on)));
     }

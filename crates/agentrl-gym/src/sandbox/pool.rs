@@ -1,7 +1,7 @@
 //! [`PoolExecutor`]: warm `python3` fork servers (the default executor).
 //!
 //! Each worker is a long-lived Python process (worker.py, `serve`) spawned inside the empty
-//! network namespace as PID 1 of its own PID namespace, under the seccomp socket filter, with
+//! network namespace as PID 1 of its own PID namespace, under the seccomp filter, with
 //! the stdlib modules tests use already imported. For every job it forks a job process, which
 //! inherits the filter, applies rlimits, Landlock, the worker's uid and the scrubbed
 //! environment, runs the program and dies; then the server kills and reaps everything else in its namespace. So jobs skip
@@ -43,7 +43,7 @@ struct WorkerConfig<'a> {
     read_write_files: Vec<String>,
     env: std::collections::BTreeMap<&'a str, &'a str>,
     pid_namespace: bool,
-    /// The seccomp socket filter as hex `struct sock_filter`s, or `None` when it is off.
+    /// The seccomp filter as hex `struct sock_filter`s, or `None` when it is off.
     socket_filter: Option<String>,
     /// The verdict tree's source, which a fork server loads once (worker.py `_VERDICT_TREE`).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -19,6 +19,21 @@
 //!   directory of our PID namespace whose owner is gone (no such pid, or one with another start
 //!   time) is removed.
 //!
+//! Quotas: a workspace made by [`bounded_scratch_dir`] gets a tmpfs of its own, mounted by this
+//! (trusted) process with `size=` and `nr_inodes=` from the job's [`Limits`], so a candidate that
+//! writes without end gets `ENOSPC` at its quota and takes no more of the host's memory or inodes
+//! than that. Mounting needs root (`CAP_SYS_ADMIN`); elsewhere the workspace is a plain
+//! directory, [`workspace_quota`] says why, only `RLIMIT_FSIZE` bounds each file while a job
+//! runs, and a check by the trusted side after each test run ([`ScratchDir::limit_hit`]) is all
+//! that reports a workspace past its quota: it does not stop the writes. The mount is undone
+//! when the directory is dropped; after a crash, by the janitor or the next process's reclaim, which
+//! detach every mount below a run directory before removing it. The mounts live in the host's
+//! mount namespace (the trusted side writes the task's files into them, and a multi-threaded
+//! process cannot take a mount namespace of its own), so they show in its mount table while
+//! they last: one per live episode and one per verdict in progress. A mount and its unmount
+//! cost about 0.1 ms, against some 14 ms of a verdict; a host daemon that follows the mount
+//! table (systemd does) sees each of them.
+//!
 //! Base: `TMPDIR` when it is set; otherwise `/dev/shm` when it is a tmpfs with at least
 //! [`MEMORY_BASE_MIN_FREE`] free, else `/tmp`. A workspace is made and removed for every
 //! episode and verdict, and on a disk file system that inode churn is not free: on ext4 it
@@ -38,12 +53,18 @@ use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 
+use super::{LimitHit, Limits};
+
 /// Run directories start with this.
 const RUN_DIR_PREFIX: &str = "agentrl-run-";
 
 /// Waits for end of file on stdin, then removes the run directory (`$1`). Terminal signals are
 /// ignored: Ctrl-C reaches the whole foreground process group, and the janitor must outlive us.
-const JANITOR_SCRIPT: &str = "trap '' HUP INT TERM QUIT PIPE; read -r _; exec rm -rf -- \"$1\"";
+/// Workspace tmpfs mounts below the run directory are detached first (`rm` cannot remove a
+/// mount point).
+const JANITOR_SCRIPT: &str = "trap '' HUP INT TERM QUIT PIPE; read -r _; \
+    for m in $(awk -v d=\"$1/\" 'index($2, d) == 1 { print $2 }' /proc/self/mounts); do \
+    umount -l \"$m\" 2>/dev/null; done; exec rm -rf -- \"$1\"";
 
 /// This process's run directory, made on first use.
 struct RunDir {
@@ -75,6 +96,221 @@ pub fn scratch_dir(prefix: &str) -> std::io::Result<tempfile::TempDir> {
                 run_dir.path.display()
             ))
         })
+}
+
+/// What one workspace may hold: bytes and inodes (files, directories and links, the
+/// workspace itself included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    pub bytes: u64,
+    pub files: u64,
+}
+
+impl Quota {
+    /// The quota of a job run under `limits`.
+    pub fn of(limits: &Limits) -> Quota {
+        Quota {
+            bytes: limits.disk_bytes,
+            files: limits.max_files,
+        }
+    }
+}
+
+/// A scratch directory from [`bounded_scratch_dir`]: a tmpfs of its own is mounted on it when
+/// the machine allows ([`workspace_quota`]). Unmounted when dropped, then removed.
+#[derive(Debug)]
+pub struct ScratchDir {
+    quota: Quota,
+    /// A tmpfs of `quota` is mounted on `dir` (unmounted in `drop`, before `dir` is removed).
+    mounted: bool,
+    dir: tempfile::TempDir,
+}
+
+impl ScratchDir {
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The quota the kernel enforces on this directory, if one does.
+    pub fn quota(&self) -> Option<Quota> {
+        self.mounted.then_some(self.quota)
+    }
+
+    /// The quota limit this directory has reached, if any. On its own tmpfs: no room left for
+    /// another write (under 64 KiB free, so a writer's last short write counts) or for another
+    /// file. Without one (no root), the trusted side's after-the-fact check: what the directory
+    /// holds, counted up to the quota, is past it (the job was not stopped at it).
+    pub fn limit_hit(&self) -> Option<LimitHit> {
+        let quota = self.quota;
+        if !self.mounted {
+            return over_quota(self.path(), quota);
+        }
+        let stats = statvfs(self.path()).ok()?;
+        let free_bytes = (stats.f_bavail as u64).saturating_mul(stats.f_frsize as u64);
+        if free_bytes < 64 << 10 {
+            Some(LimitHit::Disk {
+                megabytes: quota.bytes >> 20,
+            })
+        } else if stats.f_favail == 0 {
+            Some(LimitHit::Files { count: quota.files })
+        } else {
+            None
+        }
+    }
+}
+
+/// Walks `dir` (links not followed) until what it holds passes `quota`; the limit passed.
+fn over_quota(dir: &Path, quota: Quota) -> Option<LimitHit> {
+    let (mut bytes, mut files) = (0u64, 0u64);
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(next) = pending.pop() {
+        for entry in std::fs::read_dir(&next).ok()?.flatten() {
+            let Ok(meta) = entry.path().symlink_metadata() else {
+                continue;
+            };
+            files += 1;
+            bytes += meta.len();
+            if meta.is_dir() {
+                pending.push(entry.path());
+            }
+            if bytes > quota.bytes {
+                return Some(LimitHit::Disk {
+                    megabytes: quota.bytes >> 20,
+                });
+            }
+            if files >= quota.files {
+                return Some(LimitHit::Files { count: quota.files });
+            }
+        }
+    }
+    None
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        if self.mounted {
+            if let Err(e) = unmount(self.path()) {
+                tracing::warn!("unmount workspace {}: {e}", self.path().display());
+            }
+        }
+    }
+}
+
+fn statvfs(path: &Path) -> std::io::Result<libc::statvfs> {
+    let path = c_path(path)?;
+    // SAFETY: statvfs fills the zeroed struct we pass.
+    unsafe {
+        let mut stats: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(path.as_ptr(), &mut stats) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(stats)
+    }
+}
+
+fn c_path(path: &Path) -> std::io::Result<std::ffi::CString> {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io_error(format!("path contains a NUL byte: {}", path.display())))
+}
+
+/// Mounts a tmpfs of `quota` on `dir`, with the mode the directory had, no device files and
+/// no set-uid programs.
+fn mount_tmpfs(dir: &Path, quota: Quota) -> std::io::Result<()> {
+    let target = c_path(dir)?;
+    let mode = std::fs::metadata(dir)?.permissions().mode() & 0o7777;
+    // The workspace directory itself takes one inode.
+    let options = std::ffi::CString::new(format!(
+        "size={},nr_inodes={},mode={mode:o}",
+        quota.bytes.max(4096),
+        quota.files.saturating_add(1)
+    ))
+    .map_err(|e| io_error(e.to_string()))?;
+    // SAFETY: valid C strings that outlive the call.
+    let rc = unsafe {
+        libc::mount(
+            c"agentrl-workspace".as_ptr(),
+            target.as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            options.as_ptr().cast(),
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Detaches the mount on `dir` (lazily: a job process still inside it cannot block it).
+fn unmount(dir: &Path) -> std::io::Result<()> {
+    let target = c_path(dir)?;
+    // SAFETY: a valid C string.
+    if unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Detaches every mount strictly below `dir` (workspace tmpfs left by a process that died).
+fn unmount_below(dir: &Path) {
+    let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") else {
+        return;
+    };
+    let mut points: Vec<&str> = mounts
+        .lines()
+        .filter_map(|line| line.split(' ').nth(1))
+        .filter(|point| Path::new(point).starts_with(dir) && Path::new(point) != dir)
+        .collect();
+    // Deepest first.
+    points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for point in points {
+        if let Err(e) = unmount(Path::new(point)) {
+            tracing::debug!("could not unmount {point}: {e}");
+        }
+    }
+}
+
+/// Whether workspaces get a tmpfs of their own here: `Ok`, or why not. Probed once, by
+/// mounting one on a scratch directory.
+pub fn workspace_quota() -> Result<(), String> {
+    static PROBE: OnceLock<Result<(), String>> = OnceLock::new();
+    PROBE
+        .get_or_init(|| {
+            let dir = scratch_dir("agentrl-quota-probe-").map_err(|e| e.to_string())?;
+            let quota = Quota {
+                bytes: 1 << 20,
+                files: 16,
+            };
+            mount_tmpfs(dir.path(), quota)
+                .map_err(|e| format!("mount a tmpfs on {}: {e}", dir.path().display()))?;
+            unmount(dir.path()).map_err(|e| format!("unmount {}: {e}", dir.path().display()))
+        })
+        .clone()
+}
+
+/// A new scratch directory like [`scratch_dir`], with a tmpfs of `quota` of its own where
+/// [`workspace_quota`] allows (else a plain directory).
+pub fn bounded_scratch_dir(prefix: &str, quota: Quota) -> std::io::Result<ScratchDir> {
+    let dir = scratch_dir(prefix)?;
+    if workspace_quota().is_err() {
+        return Ok(ScratchDir {
+            quota,
+            mounted: false,
+            dir,
+        });
+    }
+    mount_tmpfs(dir.path(), quota).map_err(|e| {
+        io_error(format!(
+            "mount the workspace tmpfs on {}: {e}",
+            dir.path().display()
+        ))
+    })?;
+    Ok(ScratchDir {
+        quota,
+        mounted: true,
+        dir,
+    })
 }
 
 /// Where scratch directories go in this process (the run directory), if one was made.
@@ -138,6 +374,7 @@ pub(crate) fn reclaim(base: &Path) -> Vec<PathBuf> {
             continue;
         }
         let path = entry.path();
+        unmount_below(&path);
         match std::fs::remove_dir_all(&path) {
             Ok(()) => removed.push(path),
             Err(e) => tracing::debug!("could not reclaim {}: {e}", path.display()),

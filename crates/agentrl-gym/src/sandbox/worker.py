@@ -9,7 +9,7 @@
 #                   gives the workspace to the job uid, builds the job's Landlock ruleset and
 #                   compiles the program (cached by text) and the workspace's modules, and forks
 #                   a job process that applies rlimits, the ruleset, the uid drop and the
-#                   scrubbed environment (the seccomp socket filter is the server's own, inherited
+#                   scrubbed environment (the seccomp filter is the server's own, inherited
 #                   by every fork), and runs
 #                   the program. Work done before the fork costs the job process no
 #                   copy-on-write page faults, which dominate a job's CPU cost. After the job the server kills
@@ -271,8 +271,8 @@ def restrict_self(ruleset):
 
 
 class SocketFilter:
-    """The seccomp socket filter compiled on the Rust side (seccomp.rs: which sockets a job may
-    create, and why), as hex `struct sock_filter`s. The fork server installs it on itself once;
+    """The seccomp filter compiled on the Rust side (seccomp.rs: which calls and sockets a job may
+    make, and why), as hex `struct sock_filter`s. The fork server installs it on itself once;
     filters are inherited by every fork and kept across exec."""
 
     def __init__(self, hex_program):

@@ -7,8 +7,11 @@
 //! a time per episode; different episodes in parallel). Routes and bodies are in
 //! [`super::wire`] and `docs/GYM_SERVICE.md`.
 //!
-//! Bounds: at most `max_episodes` live (started, not finished) episodes: past it a start is a
-//! 429 with `Retry-After`, never a queue that grows without end. An episode with no request
+//! Bounds: at most `max_episodes` live (started, not finished) episodes, and at most
+//! `max_workspace_mib` of workspace quota across them (each live episode's workspace is a tmpfs
+//! of its task's `limits.disk_mib`, see `sandbox/scratch.rs`, so this bounds the memory that
+//! candidates' files can take): past either a start is a 429 with `Retry-After`, never a queue
+//! that grows without end. An episode with no request
 //! for `idle_timeout` is closed by a reaper thread (its workspace deleted), finished or not.
 //! A finished episode keeps only its last answer (for a repeated request) until it is closed.
 //! Every bad request is a 4xx whose message names the field or id at fault; a failure of the
@@ -49,6 +52,10 @@ pub struct GymServeOptions {
     pub max_episodes: usize,
     /// An episode with no request for this long is closed.
     pub idle_timeout: Duration,
+    /// Workspace quota (MiB) across live episodes at most; a start past it is answered 429.
+    /// Each live episode counts its task's `limits.disk_mib` (64 by default), whether or not it
+    /// has written anything: that is what its candidates could take.
+    pub max_workspace_mib: u64,
     /// Threads taking requests (each runs its episode's tool calls, verdicts included).
     pub http_threads: usize,
     /// The token rule ([`AccessRule`]).
@@ -62,6 +69,8 @@ impl Default for GymServeOptions {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         Self {
             max_episodes: 256,
+            // The default episode bound at the default quota.
+            max_workspace_mib: 256 * 64,
             idle_timeout: Duration::from_secs(600),
             http_threads: (4 * cores).max(16),
             access: AccessRule::open(),
@@ -78,6 +87,8 @@ struct Slot {
     seed: u64,
     turn: u32,
     done: bool,
+    /// Its workspace quota in MiB, counted in [`Table::workspace_mib`] while it is live.
+    workspace_mib: u64,
     reward: Option<crate::types::Reward>,
     /// The last step's action and answer, for a repeated request.
     last: Option<(crate::types::Action, StepResponse)>,
@@ -88,6 +99,16 @@ struct Slot {
 struct Table {
     slots: HashMap<String, Arc<Mutex<Slot>>>,
     live: usize,
+    /// The workspace quotas of the live episodes, in MiB.
+    workspace_mib: u64,
+}
+
+impl Table {
+    /// A live episode with a workspace quota of `mib` ended (finished, closed or reaped).
+    fn release(&mut self, mib: u64) {
+        self.live -= 1;
+        self.workspace_mib -= mib;
+    }
 }
 
 #[derive(Default)]
@@ -227,6 +248,7 @@ impl GymServer {
         if let Ok(mut table) = self.shared.table.lock() {
             table.slots.clear();
             table.live = 0;
+            table.workspace_mib = 0;
         }
     }
 }
@@ -365,11 +387,16 @@ fn route(shared: &Shared, method: &tiny_http::Method, url: &str, body: &str) -> 
 }
 
 fn load(shared: &Shared) -> Load {
-    let live = lock(&shared.table).live;
+    let (live, workspace_mib) = {
+        let table = lock(&shared.table);
+        (table.live, table.workspace_mib)
+    };
     let c = &shared.counters;
     Load {
         live_episodes: live,
         max_episodes: shared.options.max_episodes,
+        workspace_mib,
+        max_workspace_mib: shared.options.max_workspace_mib,
         episodes_started: c.started.load(Ordering::Relaxed),
         episodes_finished: c.finished.load(Ordering::Relaxed),
         episodes_reaped: c.reaped.load(Ordering::Relaxed),
@@ -417,10 +444,14 @@ fn start_episode(shared: &Shared, body: &str) -> Answer {
     let request: StartRequest = parse(body)?;
     // Unknown tasks are the client's mistake (404 with the server's suggestion), checked
     // before a slot is taken.
-    shared.tasks.get(&request.task_id).map_err(|e| match e {
+    let task = shared.tasks.get(&request.task_id).map_err(|e| match e {
         TaskError::UnknownTask { .. } => HttpError::new(404, e.to_string()),
         other => HttpError::new(400, other.to_string()),
     })?;
+    let workspace_mib = task
+        .run_limits(&shared.options.env.limits)
+        .disk_bytes
+        .div_ceil(1 << 20);
     if request.max_turns == Some(0) {
         return Err(HttpError::new(400, "max_turns must be at least 1"));
     }
@@ -438,7 +469,20 @@ fn start_episode(shared: &Shared, body: &str) -> Answer {
                 ),
             ));
         }
+        if table.workspace_mib + workspace_mib > shared.options.max_workspace_mib {
+            shared.counters.refused_full.fetch_add(1, Ordering::Relaxed);
+            return Err(HttpError::new(
+                429,
+                format!(
+                    "the live episodes' workspaces hold {} of the server's {} MiB and this task's \
+                     takes {workspace_mib}: retry later, close unfinished episodes you no longer \
+                     need, or start `agentrl gym serve` with a larger --max-workspace-mib",
+                    table.workspace_mib, shared.options.max_workspace_mib
+                ),
+            ));
+        }
         table.live += 1;
+        table.workspace_mib += workspace_mib;
     }
     let mut config = shared.options.env.clone();
     if let Some(turns) = request.max_turns {
@@ -456,7 +500,7 @@ fn start_episode(shared: &Shared, body: &str) -> Answer {
     let observation = match env.reset(&request.task_id) {
         Ok(observation) => observation,
         Err(e) => {
-            lock(&shared.table).live -= 1;
+            lock(&shared.table).release(workspace_mib);
             return Err(gym_error(e));
         }
     };
@@ -468,6 +512,7 @@ fn start_episode(shared: &Shared, body: &str) -> Answer {
         seed: request.seed,
         turn: 0,
         done: false,
+        workspace_mib,
         reward: None,
         last: None,
         last_used: Instant::now(),
@@ -570,7 +615,7 @@ fn step_episode(shared: &Shared, id: &str, body: &str) -> Answer {
         slot.env = None;
         shared.counters.finished.fetch_add(1, Ordering::Relaxed);
         // Slot, then table: the order `close_episode` takes them in too.
-        lock(&shared.table).live -= 1;
+        lock(&shared.table).release(slot.workspace_mib);
     }
     ok(&response)
 }
@@ -582,7 +627,7 @@ fn close_episode(shared: &Shared, id: &str) -> Answer {
         .ok_or_else(|| HttpError::new(404, format!("unknown episode {id:?} (already closed?)")))?;
     let slot = lock(&slot);
     if !slot.done {
-        lock(&shared.table).live -= 1;
+        lock(&shared.table).release(slot.workspace_mib);
     }
     ok(&serde_json::json!({ "episode_id": id, "closed": true, "turn": slot.turn }))
 }
@@ -596,14 +641,14 @@ fn reap(shared: &Shared) {
     for (id, slot) in &table.slots {
         if let Ok(slot) = slot.try_lock() {
             if slot.last_used.elapsed() > timeout {
-                idle.push((id.clone(), !slot.done));
+                idle.push((id.clone(), (!slot.done).then_some(slot.workspace_mib)));
             }
         }
     }
     for (id, live) in idle {
         table.slots.remove(&id);
-        if live {
-            table.live -= 1;
+        if let Some(mib) = live {
+            table.release(mib);
         }
         shared.counters.reaped.fetch_add(1, Ordering::Relaxed);
     }

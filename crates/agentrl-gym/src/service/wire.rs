@@ -104,6 +104,12 @@ pub struct Load {
     pub live_episodes: usize,
     /// Past this many live episodes a start is answered 429.
     pub max_episodes: usize,
+    /// The live episodes' workspace quotas, in MiB.
+    #[serde(default)]
+    pub workspace_mib: u64,
+    /// Past this much workspace quota a start is answered 429.
+    #[serde(default)]
+    pub max_workspace_mib: u64,
     pub episodes_started: u64,
     pub episodes_finished: u64,
     /// Episodes closed by the server after `idle_timeout_s` without a request.

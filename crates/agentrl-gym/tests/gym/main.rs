@@ -15,14 +15,17 @@ mod real_tasks;
 mod render;
 mod reward;
 mod sandbox_attacks;
+mod sandbox_syscalls;
 mod scratch_dirs;
 mod scratch_owners;
 mod seccomp_filter;
 mod service;
+mod state_crossing;
 mod trusted_checker;
 mod trusted_checks;
 mod validate_builtin;
 mod verdict_paths;
+mod workspace_quota;
 
 /// The built-in tasks and one sandbox pool, made once for the whole binary (a pool starts
 /// worker interpreters).
@@ -44,4 +47,23 @@ pub fn shared() -> (
             )
         })
         .clone()
+}
+
+/// `POST url` with a JSON body: `(status, JSON answer)`; error statuses are answers too.
+pub fn post_json(url: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+    let result = ureq::post(url)
+        .set("Connection", "close")
+        .timeout(std::time::Duration::from_secs(120))
+        .send_string(&body.to_string());
+    let response = match result {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("POST {url}: {e}"),
+    };
+    let status = response.status();
+    let text = response.into_string().expect("a body");
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+    )
 }

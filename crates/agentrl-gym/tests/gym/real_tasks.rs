@@ -445,6 +445,7 @@ fn task_limits_apply_and_bad_ones_name_the_field() {
         time_s: Some(2.5),
         cpu_s: None,
         memory_mb: Some(300),
+        ..TaskLimits::default()
     }
     .apply(&base);
     assert_eq!(limits.wall_timeout, Duration::from_millis(2500));

@@ -781,7 +781,7 @@ fn sandbox_info_report_names_every_layer() {
         "landlock",
         "scrubbed environment",
         "output caps",
-        "socket filter",
+        "seccomp filter",
     ] {
         assert!(report.contains(layer), "{report}");
     }
