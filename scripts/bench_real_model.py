@@ -8,7 +8,8 @@ same GGUF it loads itself, with the same thread count, and reads one JSON object
   * llama.cpp (llama-cpp-python) on the file's own quantization (Q4_1) and on an F32 GGUF
     (`--f32-gguf`, else written to a temp dir: every tensor dequantized with the `gguf` package,
     same metadata): scoring tokens/s at 128 and 512 tokens (one forward over the prompt with every
-    position's logits), generation tokens/s at batch 1 and batch 16 (greedy, 64 new tokens after
+    position's logits; the F32 file with an F32 KV cache, the quantized one with llama.cpp's default
+    F16 cache), generation tokens/s at batch 1 and batch 16 (greedy, 64 new tokens after
     a short chat prompt; batch 16 = 16 sequences decoded together in one context through the
     low-level `llama_batch` API with `n_seq_max=16`), and the largest |log-prob - transformers
     f32| over the 512-token scoring input;
@@ -18,13 +19,17 @@ same GGUF it loads itself, with the same thread count, and reads one JSON object
 
 Generation tokens/s = new tokens (batch x 64) / wall time of prefill + decode; generation never
 stops early (EOS is ignored for llama.cpp, `min_new_tokens=64` for transformers). A backend that
-is missing or fails reports {"error": ...} instead of numbers.
+is missing or fails reports {"error": ...} instead of numbers. Each llama.cpp run is a child
+process: a native crash there (a `-DGGML_NATIVE=ON` build on a CPU that advertises AMX, in a VM
+that faults on AMX instructions, dies with SIGSEGV in `ggml_backend_amx_mul_mat`) is reported, and
+the run is retried once with llama.cpp's extra buffer types (AMX, repacking) off, which says so
+under `earlier_attempts`. Build llama-cpp-python with CFLAGS/CXXFLAGS="-mno-amx-tile -mno-amx-int8
+-mno-amx-bf16" on such machines.
 
     python3 scripts/bench_real_model.py --gguf ~/.cache/agentrl/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \
         --threads 2 [--f32-gguf F32.gguf] [--repeats 3] [--json-out out.json]
 """
 import argparse
-import ctypes
 import json
 import os
 import platform
@@ -208,13 +213,14 @@ def set_llama_extra_bufts(enabled):
     lcc.llama_model_default_params = params
 
 
-def bench_llama(path, threads, repeats, score_ids, gen_prompts, ref_lp, extra_bufts=True):
+def bench_llama(path, threads, repeats, score_ids, gen_prompts, ref_lp, extra_bufts=True, kv_f32=False):
     import numpy as np
     import llama_cpp as lc
     from llama_cpp import Llama
 
     set_llama_extra_bufts(extra_bufts)
-    out = {"file": os.path.basename(path), "extra_bufts": extra_bufts}
+    out = {"file": os.path.basename(path), "extra_bufts": extra_bufts, "kv_cache": "f32" if kv_f32 else "f16 (default)"}
+    kv = {"type_k": 0, "type_v": 0} if kv_f32 else {}  # GGML_TYPE_F32 = 0
     try:
         out["system_info"] = lc.llama_print_system_info().decode().strip()
     except Exception:  # noqa: BLE001
@@ -223,7 +229,7 @@ def bench_llama(path, threads, repeats, score_ids, gen_prompts, ref_lp, extra_bu
         ref_lp = np.asarray(ref_lp, dtype=np.float64)
     n512 = max(SCORE_LENGTHS)
     llm = Llama(model_path=path, n_ctx=1024, n_batch=512, n_ubatch=512, logits_all=True,
-                n_threads=threads, n_threads_batch=threads, verbose=False)
+                n_threads=threads, n_threads_batch=threads, verbose=False, **kv)
     scoring = {}
     for n in SCORE_LENGTHS:
         ids = score_ids[:n]
@@ -263,6 +269,9 @@ def bench_llama(path, threads, repeats, score_ids, gen_prompts, ref_lp, extra_bu
                 cp.n_seq_max = bsz
                 cp.n_threads = threads
                 cp.n_threads_batch = threads
+                if kv_f32:
+                    cp.type_k = 0
+                    cp.type_v = 0
                 ctx = lc.llama_init_from_model(model, cp)
                 if not ctx:
                     raise RuntimeError("llama_init_from_model failed")
@@ -331,7 +340,7 @@ def llama_worker(job_path, out_path):
         job = json.load(f)
     try:
         res = bench_llama(job["path"], job["threads"], job["repeats"], job["score_ids"], job["gen_prompts"],
-                          job["ref_lp"], job["extra_bufts"])
+                          job["ref_lp"], job["extra_bufts"], job["kv_f32"])
     except Exception as err:  # noqa: BLE001
         res = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc(limit=3)}
     with open(out_path, "w") as f:
@@ -339,7 +348,7 @@ def llama_worker(job_path, out_path):
     return 0
 
 
-def run_llama_isolated(path, threads, repeats, score_ids, gen_prompts, ref_lp, extra_bufts, workdir):
+def run_llama_isolated(path, threads, repeats, score_ids, gen_prompts, ref_lp, extra_bufts, workdir, kv_f32=False):
     """Runs bench_llama in a child process; when the child dies on a signal with extra buffer types
     on, runs it once more with them off and says so."""
     import subprocess
@@ -350,7 +359,7 @@ def run_llama_isolated(path, threads, repeats, score_ids, gen_prompts, ref_lp, e
         with open(job, "w") as f:
             json.dump({"path": path, "threads": threads, "repeats": repeats, "score_ids": score_ids,
                        "gen_prompts": gen_prompts, "ref_lp": None if ref_lp is None else [float(x) for x in ref_lp],
-                       "extra_bufts": eb}, f)
+                       "extra_bufts": eb, "kv_f32": kv_f32}, f)
         if os.path.exists(out):
             os.remove(out)
         proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--llama-worker", job, out],
@@ -532,7 +541,7 @@ def main():
                     write_f32_gguf(gguf_path, f32_path)
                     lcpp["f32_gguf_written_s"] = time.perf_counter() - t0
                 lcpp["f32"] = run_llama_isolated(os.path.abspath(f32_path), args.threads, args.repeats, score_ids,
-                                                 gen_prompts, ref_lp, eb, workdir)
+                                                 gen_prompts, ref_lp, eb, workdir, kv_f32=True)
             except Exception as err:  # noqa: BLE001
                 lcpp["f32"] = {"error": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc(limit=3)}
     except Exception as err:  # noqa: BLE001

@@ -17,6 +17,7 @@ mod runs_cli;
 mod score_cli;
 mod serve_cli;
 mod sft_cli;
+mod smollm2_cli;
 mod support;
 mod test_layout;
 

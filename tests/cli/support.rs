@@ -87,3 +87,17 @@ pub fn max_abs_gap(a: &serde_json::Value, b: &serde_json::Value) -> f64 {
         .map(|(a, b)| (a - b).abs())
         .fold(0.0, f64::max)
 }
+
+/// Copies a folder tree (the tests' task folders).
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}

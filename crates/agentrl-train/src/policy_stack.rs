@@ -158,7 +158,8 @@ impl TrainPolicy for Qwen3 {
             .map(|(_, v)| v.elem_count())
             .sum();
         format!(
-            "Qwen3 ({} parameters, {} trainable; hidden {}, {} layers, {:?})",
+            "{:?} ({} parameters, {} trainable; hidden {}, {} layers, {:?})",
+            c.architecture,
             self.num_parameters(),
             trainable,
             c.hidden_size,

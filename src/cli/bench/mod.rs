@@ -7,6 +7,7 @@ use anyhow::Context as _;
 use clap::{Args, Subcommand};
 
 mod qwen3;
+mod real_model;
 mod sampling;
 mod train;
 mod train_step;
@@ -125,6 +126,25 @@ pub enum BenchTarget {
         #[arg(long)]
         json: bool,
     },
+    /// A real pretrained model (SmolLM2-135M-Instruct, GGUF): scoring and generation tokens/s
+    /// against llama.cpp and transformers on the same file, side by side.
+    RealModel {
+        /// Print the result as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+        /// The GGUF file (default: the SmolLM2 file `scripts/fetch_smollm2.sh` fetched).
+        #[arg(long)]
+        gguf: Option<std::path::PathBuf>,
+        /// Timed repetitions after a warm-up (the best is reported).
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
+        /// Threads for every side (llama.cpp's and torch's; candle's pool is the machine's).
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        /// agentrl's own figures only.
+        #[arg(long)]
+        no_baseline: bool,
+    },
     /// Qwen3 0.6B-shape scoring throughput: candle vs transformers, side by side.
     Qwen3 {
         /// Print the result as JSON on stdout.
@@ -165,6 +185,21 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
         }
         BenchTarget::TrainStep { json } => train_step::run(json),
         BenchTarget::Sampling { json } => sampling::run(json),
+        BenchTarget::RealModel {
+            json,
+            gguf,
+            repeats,
+            threads,
+            no_baseline,
+        } => {
+            let options = real_model::BenchOptions {
+                gguf,
+                repeats,
+                threads,
+                no_baseline,
+            };
+            real_model::print(&real_model::run(&options)?, json)
+        }
         BenchTarget::Qwen3 {
             json,
             config,

@@ -1091,7 +1091,12 @@ pub fn gather_logprobs(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
 /// Softmax over the last dimension, in f32 for half-precision inputs (as transformers does).
 pub(super) fn softmax_last(x: &Tensor, mode: ForwardMode) -> Result<Tensor> {
     let dtype = x.dtype();
-    let x32 = x.to_dtype(DType::F32)?;
+    // f32 at least (transformers upcasts bf16/f16 scores); an f64 model keeps f64, so its
+    // forward is f64 throughout (finite-difference gradient checks rely on that).
+    let x32 = match dtype {
+        DType::F64 => x.clone(),
+        _ => x.to_dtype(DType::F32)?,
+    };
     let probs = match mode {
         ForwardMode::Train => candle_nn::ops::softmax(&x32, D::Minus1)?,
         ForwardMode::Inference => candle_nn::ops::softmax_last_dim(&x32.contiguous()?)?,

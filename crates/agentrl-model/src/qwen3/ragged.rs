@@ -36,6 +36,10 @@ use super::{ForwardMode, Qwen3};
 /// reallocate at every step.
 const MIN_GROWTH: usize = 64;
 
+/// Most attention scores (floats) one ragged step materialises at once (64 Mi floats, 256 MB in
+/// f32); longer prefills are sliced by query position (see `ragged_attention`).
+const SCORES_BUDGET: usize = 64 << 20;
+
 /// One layer's keys and values (after RoPE), `[rows, kv_heads, capacity, head_dim]` each;
 /// slots `0..RaggedKvCache::slots` are in use.
 #[derive(Debug)]
@@ -439,17 +443,50 @@ impl Qwen3 {
         let keys = layer.keys.narrow(2, 0, total)?;
         let values = layer.values.narrow(2, 0, total)?;
         let scale = 1.0 / (head_dim as f64).sqrt();
-        let scores = (q.matmul(&keys.t()?)? * scale)?; // [rows, n_kv, group*width, total]
-        let scores = match &plan.mask {
-            None => scores,
-            Some(mask) => scores
-                .reshape((rows, n_kv, group, width, total))?
-                .broadcast_add(mask)?
-                .reshape((rows, n_kv, group * width, total))?,
+        let attend = |q: &Tensor, mask: Option<&Tensor>, len: usize| -> Result<Tensor> {
+            let scores = (q.matmul(&keys.t()?)? * scale)?; // [rows, n_kv, group*len, total]
+            let scores = match mask {
+                None => scores,
+                Some(mask) => scores
+                    .reshape((rows, n_kv, group, len, total))?
+                    .broadcast_add(mask)?
+                    .reshape((rows, n_kv, group * len, total))?,
+            };
+            Ok(softmax_last(&scores, mode)?.matmul(&values)?) // [rows, n_kv, group*len, d]
         };
-        let probs = softmax_last(&scores, mode)?;
-        let out = probs
-            .matmul(&values)? // [rows, n_kv, group*width, d]
+        // The scores of a long prefill over many rows are `rows · n_q · width · total` floats
+        // (4.7 GB for 9 rows of 2,500 tokens of SmolLM2, several such tensors live at once):
+        // above SCORES_BUDGET the queries go through in slices of positions. A query's row of
+        // scores is the same either way; small steps (every decoding step) stay one product.
+        let per_position = rows * n_q * total;
+        let slice = (SCORES_BUDGET / per_position.max(1)).max(1);
+        let out = if width <= slice {
+            attend(&q, plan.mask.as_ref(), width)?
+        } else {
+            let q = q.reshape((rows, n_kv, group, width, head_dim))?;
+            let mut parts = Vec::with_capacity(width.div_ceil(slice));
+            let mut start = 0;
+            while start < width {
+                let len = slice.min(width - start);
+                let q_part = q.narrow(3, start, len)?.contiguous()?.reshape((
+                    rows,
+                    n_kv,
+                    group * len,
+                    head_dim,
+                ))?;
+                let mask_part = match &plan.mask {
+                    None => None,
+                    Some(mask) => Some(mask.narrow(3, start, len)?.contiguous()?),
+                };
+                parts.push(
+                    attend(&q_part, mask_part.as_ref(), len)?
+                        .reshape((rows, n_kv, group, len, head_dim))?,
+                );
+                start += len;
+            }
+            Tensor::cat(&parts, 3)?.reshape((rows, n_kv, group * width, head_dim))?
+        };
+        let out = out
             .reshape((rows, n_q, width, head_dim))?
             .transpose(1, 2)?
             .reshape((rows * width, n_q * head_dim))?;

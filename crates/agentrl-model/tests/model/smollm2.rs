@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 
 use agentrl_model::gguf::{hf_name, unpermute_rows};
 use agentrl_model::lora::LoraConfig;
-use agentrl_model::qwen3::{Architecture, ForwardMode, KvCache, Qwen3};
+use agentrl_model::qwen3::{Architecture, ForwardMode, KvCache, Qwen3, Qwen3Config};
 use candle_core::{DType, Device, IndexOp, Tensor};
 use serde_json::Value;
 
@@ -104,22 +104,32 @@ fn dequantized_and_unpermuted_weights_equal_transformers() {
     let check = &reference()["weights_check"];
     let weights: std::collections::HashMap<String, Tensor> =
         model.named_weights().into_iter().collect();
-    let checks = check.as_object().expect("weights_check object");
-    assert!(checks.len() >= 4, "{checks:?}");
-    for (key, rows) in checks {
-        // "model.layers.0.self_attn.q_proj.weight[1]" → tensor name and row.
-        let (name, row) = key
-            .strip_suffix(']')
-            .and_then(|k| k.split_once('['))
-            .unwrap_or_else(|| panic!("key {key} is `name[row]`"));
-        let row: usize = row.parse().expect("row index");
+    let mut compared = 0;
+    for (name, rows) in check.as_object().expect("weights_check object") {
+        if !name.starts_with("model.") {
+            continue; // the GGUF file's raw rows and notes
+        }
         let tensor = weights
             .get(name)
             .unwrap_or_else(|| panic!("{name} missing"));
-        let ours: Vec<f32> = tensor.i(row).unwrap().to_vec1().unwrap();
-        let theirs = f32s(rows);
-        assert_eq!(&ours[..theirs.len()], theirs.as_slice(), "{key}");
+        let shape: Vec<usize> = u32s(&rows["shape"])
+            .into_iter()
+            .map(|d| d as usize)
+            .collect();
+        assert_eq!(tensor.dims(), shape.as_slice(), "{name}");
+        for (key, values) in rows.as_object().unwrap() {
+            let Some(row) = key.strip_prefix("row") else {
+                continue;
+            };
+            let row: usize = row.parse().expect("rowN");
+            let ours: Vec<f32> = tensor.i(row).unwrap().to_vec1().unwrap();
+            let theirs = f32s(values);
+            assert_eq!(&ours[..theirs.len()], theirs.as_slice(), "{name} {key}");
+            compared += 1;
+        }
     }
+    // q and k rows 0 and 1 (1 moves under the permutation), an embedding row, an MLP row.
+    assert!(compared >= 6, "{compared} rows compared");
 }
 
 #[test]
@@ -208,9 +218,14 @@ fn greedy_decoding_with_the_cache_equals_transformers() {
     let Some(model) = model() else { return };
     let cases = reference()["greedy"].as_array().expect("greedy");
     assert!(!cases.is_empty());
+    let prompts = reference()["prompts"].as_array().expect("prompts");
     for case in cases {
-        let prompt = u32s(&case["prompt_ids"]);
-        let expected = u32s(&case["continuation"]);
+        let prompt = prompts
+            .iter()
+            .find(|p| p["name"] == case["name"])
+            .map(|p| u32s(&p["ids"]))
+            .expect("the greedy case names a prompt");
+        let expected = u32s(&case["new_ids"]);
         let mut cache = KvCache::new();
         let input = Tensor::from_slice(&prompt, (1, prompt.len()), &Device::Cpu).unwrap();
         let mut logits = model.forward_with_cache(&input, &mut cache).unwrap();
@@ -224,6 +239,80 @@ fn greedy_decoding_with_the_cache_equals_transformers() {
         }
         assert_eq!(ours, expected, "{}", case["name"]);
     }
+}
+
+/// `-Σ log p(ids[t+1] | ids[..=t])` in f64 end to end (logits, log-softmax, gather), so that
+/// finite differences resolve the gradient.
+fn f64_loss(model: &Qwen3, ids: &[u32]) -> Tensor {
+    let n = ids.len();
+    let inputs = Tensor::from_slice(&ids[..n - 1], (1, n - 1), &Device::Cpu).unwrap();
+    let targets = Tensor::from_slice(&ids[1..], (n - 1, 1), &Device::Cpu).unwrap();
+    let logits = model
+        .forward_mode(&inputs, ForwardMode::Train)
+        .unwrap()
+        .squeeze(0)
+        .unwrap();
+    assert_eq!(logits.dtype(), DType::F64);
+    candle_nn::ops::log_softmax(&logits, candle_core::D::Minus1)
+        .unwrap()
+        .gather(&targets, 1)
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .neg()
+        .unwrap()
+}
+
+/// Gives every LoRA B small deterministic values (at B = 0, A's gradient vanishes), then checks
+/// autograd against central finite differences (step 1e-5, the model in f64) on four entries
+/// of each A and B whose name contains one of `layers`. Returns how many entries it checked.
+fn check_lora_gradients(model: &Qwen3, ids: &[u32], layers: &[&str]) -> usize {
+    for (index, (name, var)) in model.lora_vars().into_iter().enumerate() {
+        if name.contains("lora_B") {
+            let values: Vec<f64> = (0..var.elem_count())
+                .map(|i| (((i * 7 + index * 5) % 13) as f64 - 6.0) / 400.0)
+                .collect();
+            var.set(&Tensor::from_vec(values, var.shape(), &Device::Cpu).unwrap())
+                .unwrap();
+        }
+    }
+    let grads = f64_loss(model, ids).backward().unwrap();
+    let eps = 1e-5;
+    let mut checked = 0;
+    for (name, var) in model.lora_vars() {
+        if !layers.iter().any(|layer| name.contains(layer)) {
+            continue;
+        }
+        let grad: Vec<f64> = grads
+            .get(var.as_tensor())
+            .unwrap_or_else(|| panic!("{name}: no gradient"))
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let original: Vec<f64> = var.as_tensor().flatten_all().unwrap().to_vec1().unwrap();
+        let set = |values: Vec<f64>| {
+            var.set(&Tensor::from_vec(values, var.shape(), &Device::Cpu).unwrap())
+                .unwrap()
+        };
+        for entry in [0, 1, original.len() / 2, original.len() - 1] {
+            let at = |delta: f64| -> f64 {
+                let mut values = original.clone();
+                values[entry] += delta;
+                set(values);
+                f64_loss(model, ids).to_scalar::<f64>().unwrap()
+            };
+            let numeric = (at(eps) - at(-eps)) / (2.0 * eps);
+            set(original.clone());
+            let analytic = grad[entry];
+            assert!(
+                (analytic - numeric).abs() <= 1e-6 * analytic.abs().max(1e-2),
+                "{name}[{entry}]: autograd {analytic:.9e}, finite differences {numeric:.9e}"
+            );
+            checked += 1;
+        }
+    }
+    checked
 }
 
 /// LoRA's gradients on the real model equal central finite differences of the loss, computed
@@ -240,68 +329,12 @@ fn lora_gradients_equal_finite_differences_on_one_layer() {
         target_modules: vec!["q_proj".into(), "v_proj".into()],
     };
     model.add_lora(&config, 3).unwrap();
-    // B starts at zero, where A's gradient vanishes; give B small deterministic values.
-    for (index, (name, var)) in model.lora_vars().into_iter().enumerate() {
-        if name.contains("lora_B") {
-            let values: Vec<f64> = (0..var.elem_count())
-                .map(|i| (((i * 7 + index * 5) % 13) as f64 - 6.0) / 400.0)
-                .collect();
-            var.set(&Tensor::from_vec(values, var.shape(), &Device::Cpu).unwrap())
-                .unwrap();
-        }
-    }
     let ids: Vec<u32> = u32s(&reference()["prompts"][0]["ids"])
         .into_iter()
         .take(16)
         .collect();
-    let loss = |model: &Qwen3| -> Tensor {
-        let n = ids.len();
-        let inputs = Tensor::from_slice(&ids[..n - 1], (1, n - 1), &Device::Cpu).unwrap();
-        let targets = Tensor::from_slice(&ids[1..], (1, n - 1), &Device::Cpu).unwrap();
-        model
-            .token_logprobs_mode(&inputs, &targets, ForwardMode::Train)
-            .unwrap()
-            .sum_all()
-            .unwrap()
-            .neg()
-            .unwrap()
-    };
-    let grads = loss(&model).backward().unwrap();
-    let layer = "model.layers.5.self_attn.q_proj";
-    let eps = 1e-5;
-    let mut checked = 0;
-    for (name, var) in model.lora_vars() {
-        if !name.contains(layer) {
-            continue;
-        }
-        let grad: Vec<f64> = grads
-            .get(var.as_tensor())
-            .unwrap_or_else(|| panic!("{name}: no gradient"))
-            .flatten_all()
-            .unwrap()
-            .to_vec1()
-            .unwrap();
-        let original: Vec<f64> = var.as_tensor().flatten_all().unwrap().to_vec1().unwrap();
-        for entry in [0, 1, original.len() / 2, original.len() - 1] {
-            let at = |delta: f64| -> f64 {
-                let mut values = original.clone();
-                values[entry] += delta;
-                var.set(&Tensor::from_vec(values, var.shape(), &Device::Cpu).unwrap())
-                    .unwrap();
-                loss(&model).to_scalar::<f64>().unwrap()
-            };
-            let numeric = (at(eps) - at(-eps)) / (2.0 * eps);
-            var.set(&Tensor::from_vec(original.clone(), var.shape(), &Device::Cpu).unwrap())
-                .unwrap();
-            let analytic = grad[entry];
-            assert!(
-                (analytic - numeric).abs() <= 1e-6 * analytic.abs().max(1.0),
-                "{name}[{entry}]: autograd {analytic:.9e}, finite differences {numeric:.9e}"
-            );
-            checked += 1;
-        }
-    }
-    assert_eq!(checked, 8, "A and B of {layer}");
+    let checked = check_lora_gradients(&model, &ids, &["model.layers.5.self_attn.q_proj."]);
+    assert_eq!(checked, 8, "A and B of layer 5's q_proj");
 }
 
 /// The adapter `scripts/check_peft_loads_smollm2_adapter.py` loads with PEFT over the same
@@ -396,5 +429,48 @@ fn saved_smollm2_adapter_matches_the_peft_checked_fixture() {
             .map(|(a, b)| (a - b).abs())
             .fold(0f32, f32::max);
         assert!(gap <= 1e-4, "{gap}");
+    }
+}
+
+/// The same check on tiny random networks of each architecture the decoder reads (Llama,
+/// Qwen2 with its q/k/v biases, Qwen3 with its q/k norms), on the first and the last layer:
+/// every gradient path of the decoder, with no model file needed.
+#[test]
+fn lora_gradients_equal_finite_differences_on_every_architecture() {
+    for architecture in [
+        Architecture::Llama,
+        Architecture::Qwen2,
+        Architecture::Qwen3,
+    ] {
+        let config = Qwen3Config {
+            architecture,
+            rope_scaling: None,
+            vocab_size: 64,
+            hidden_size: 32,
+            intermediate_size: 48,
+            num_hidden_layers: 2,
+            num_attention_heads: 4,
+            num_key_value_heads: 2,
+            head_dim: 8,
+            rms_norm_eps: 1e-5,
+            rope_theta: 10_000.0,
+            tie_word_embeddings: true,
+            max_position_embeddings: 64,
+        };
+        let mut model = Qwen3::random(config, 1, 0.3, &options(DType::F64, false)).unwrap();
+        let targets = ["q_proj", "v_proj", "down_proj"].map(String::from).to_vec();
+        model
+            .add_lora(
+                &LoraConfig {
+                    rank: 2,
+                    alpha: 4.0,
+                    target_modules: targets,
+                },
+                3,
+            )
+            .unwrap();
+        let ids: Vec<u32> = (0..10u32).map(|i| (i * 7 + 3) % 64).collect();
+        let checked = check_lora_gradients(&model, &ids, &["layers.0.", "layers.1."]);
+        assert_eq!(checked, 2 * 3 * 2 * 4, "{architecture:?}");
     }
 }
