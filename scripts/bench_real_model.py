@@ -433,7 +433,7 @@ def transformers_logprobs(model, ids):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--gguf", required=True)
+    ap.add_argument("--gguf", help="the GGUF to measure (required)")
     ap.add_argument("--f32-gguf", default=None, help="F32 GGUF of the same model; written to a temp dir when absent")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
@@ -446,6 +446,8 @@ def main():
     args = ap.parse_args()
     if args.llama_worker:
         return llama_worker(*args.llama_worker)
+    if not args.gguf:
+        ap.error("--gguf is required")
     skip = set(filter(None, args.skip.split(",")))
     gguf_path = os.path.abspath(args.gguf)
     result = {
@@ -550,9 +552,49 @@ def main():
         import shutil
         shutil.rmtree(workdir, ignore_errors=True)
     result["llama_cpp"] = lcpp
+    result.update(flat_sections(result))
     result["wall_s"] = time.perf_counter() - t_start
     emit(result, args.json_out)
     return 0
+
+
+def flat_sections(result):
+    """The summary `agentrl bench real-model` reads: one flat object per backend (llama_cpp_q4_1,
+    llama_cpp_f32, transformers_f32, transformers_bf16) with scoring_{128,512}_tokens_per_s,
+    generation_batch{1,16}_tokens_per_s and max_abs_logprob_gap (vs transformers f32), or
+    {"error": ...}. The nested sections keep the details (per-repeat seconds, methods)."""
+    def section(d, gap):
+        if not isinstance(d, dict):
+            return {"error": "not run"}
+        if "error" in d:
+            return {"error": d["error"]}
+        out = {}
+        for n in SCORE_LENGTHS:
+            v = d.get("scoring", {}).get(str(n), {}).get("tokens_per_s")
+            if v is not None:
+                out[f"scoring_{n}_tokens_per_s"] = v
+        for b in (1, BATCH):
+            g = d.get("generation", {}).get(f"batch{b}", {})
+            if "tokens_per_s" in g:
+                out[f"generation_batch{b}_tokens_per_s"] = g["tokens_per_s"]
+            elif "error" in g:
+                out[f"generation_batch{b}_error"] = g["error"]
+        out["max_abs_logprob_gap"] = gap(d)
+        return out
+
+    lcpp, hf = result.get("llama_cpp", {}), result.get("transformers", {})
+    gap = lambda d: d.get("max_abs_logprob_gap_vs_transformers_f32")  # noqa: E731
+    flat = {}
+    for name, parent, key, g in (("llama_cpp_q4_1", lcpp, "quantized", gap), ("llama_cpp_f32", lcpp, "f32", gap),
+                                 ("transformers_f32", hf, "f32", lambda d: 0.0),
+                                 ("transformers_bf16", hf, "bf16", gap)):
+        if not isinstance(parent, dict):
+            flat[name] = {"error": "not run"}
+        elif "error" in parent and key not in parent:
+            flat[name] = {"error": parent["error"]}
+        else:
+            flat[name] = section(parent.get(key), g)
+    return flat
 
 
 def emit(result, path):

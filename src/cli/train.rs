@@ -27,9 +27,10 @@ pub struct TrainArgs {
     /// knobs); each change is recorded in the run's config_changes.jsonl.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
-    /// Train the Qwen3 in this model folder (config.json, model.safetensors, tokenizer.json,
-    /// chat template): sets model.kind = "qwen3" and model.dir. Nothing is downloaded.
-    #[arg(long, value_name = "DIR", conflicts_with = "resume")]
+    /// Train the model in this folder (config.json, model.safetensors, tokenizer.json, chat
+    /// template) or GGUF file (`smollm2`: the file scripts/fetch_smollm2.sh fetched): sets
+    /// model.kind = "qwen3" and model.dir. Nothing is downloaded.
+    #[arg(long, value_name = "DIR|FILE.gguf", conflicts_with = "resume")]
     pub model: Option<PathBuf>,
     /// Continue the run in this directory from its latest checkpoint.
     #[arg(long, value_name = "RUN", conflicts_with = "config")]

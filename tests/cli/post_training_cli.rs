@@ -9,18 +9,7 @@ use agentrl_gym::{Split, TaskSet};
 
 const BIN: &str = env!("CARGO_BIN_EXE_agentrl");
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
+use crate::support::copy_dir;
 
 /// `command` of a tiny run named `name` under `root/runs`, on one task of each split.
 fn args(root: &Path, command: &str, name: &str, extra: &[String]) -> Vec<String> {

@@ -21,18 +21,7 @@ fn tasks(dir: &Path) -> PathBuf {
     dir.to_path_buf()
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
-}
+use crate::support::copy_dir;
 
 /// `train` arguments of a tiny run named `name` under `root/runs`.
 fn train_args(root: &Path, name: &str, steps: usize, extra: &[&str]) -> Vec<String> {

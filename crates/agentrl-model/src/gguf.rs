@@ -29,7 +29,8 @@ use candle_core::{DType, Device, Tensor};
 
 use crate::qwen3::{Architecture, Qwen3Config, RopeScaling};
 
-/// Whether `path` is a regular file that starts with GGUF's magic bytes.
+/// Whether `path` is a regular file that starts with GGUF's magic bytes. (The chat crate has
+/// the same four-byte check: it builds without this crate, and this crate never depends on it.)
 pub fn is_gguf_file(path: &Path) -> bool {
     let mut magic = [0u8; 4];
     path.is_file()

@@ -66,6 +66,31 @@ const TAPE_SCRATCH_MLP: f64 = 2.0;
 const VOCAB_ROWS_GRAMMAR: f64 = 2.0;
 
 /// The shape of a policy, enough to count its memory.
+/// Most episodes alive at once in one rollout (each holds a gym workspace on disk and a KV
+/// cache): larger steps and evaluations are sampled in chunks of whole groups. A model whose
+/// KV caches would not fit [`KV_CACHE_BUDGET_BYTES`] gets fewer ([`live_episode_bound`]).
+pub const MAX_LIVE_EPISODES: usize = 256;
+
+/// The memory the local engine's KV caches of one rollout may take (4 GiB).
+pub const KV_CACHE_BUDGET_BYTES: f64 = 4.0 * 1024.0 * 1024.0 * 1024.0;
+
+/// How much of a row's ragged KV cache is padding and spare capacity, at most: rows share
+/// slots, so a row's slots grow with the other rows' feeds, and a full buffer doubles.
+const RAGGED_KV_SLACK: f64 = 3.0;
+
+/// Most episodes alive at once for `config`'s model: [`MAX_LIVE_EPISODES`], or fewer when
+/// their KV caches at `model.max_seq` tokens would pass [`KV_CACHE_BUDGET_BYTES`] (SmolLM2's
+/// 30 layers: 9 at 3,072 tokens; TinyAgent and the tiny Qwen3: all 256). Measured: sixteen
+/// SmolLM2 episodes of an evaluation chunk grew past 23 GB.
+pub fn live_episode_bound(config: &Config) -> usize {
+    let Ok(shape) = ModelShape::of(config) else {
+        return MAX_LIVE_EPISODES;
+    };
+    let bytes_per_token = 2.0 * shape.layers as f64 * shape.kv_width as f64 * 4.0;
+    let per_episode = bytes_per_token * config.model.max_seq as f64 * RAGGED_KV_SLACK;
+    ((KV_CACHE_BUDGET_BYTES / per_episode) as usize).clamp(1, MAX_LIVE_EPISODES)
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ModelShape {
     pub name: String,
@@ -121,10 +146,11 @@ impl ModelShape {
     /// Qwen3 (or another Llama-family model) from its `config.json`, or from the model's
     /// folder or GGUF file, with `[qwen3]`'s LoRA rank (0 = every weight trains) and dtype.
     pub fn qwen3(config: &Config, model_config: &Path) -> anyhow::Result<Self> {
-        let q = if model_config.is_file() && model_config.ends_with("config.json") {
-            Qwen3Config::from_file(model_config)
-        } else {
+        // A folder or a GGUF file names the model; any other file is a `config.json`.
+        let q = if model_config.is_dir() || agentrl_model::gguf::is_gguf_file(model_config) {
             Qwen3Config::from_model_path(model_config)
+        } else {
+            Qwen3Config::from_file(model_config)
         }
         .with_context(|| format!("reading {}", model_config.display()))?;
         let shapes = q.weight_shapes();
@@ -294,7 +320,7 @@ impl StepPlan {
         } else {
             F32
         };
-        let live = episodes.min(crate::sampler::MAX_LIVE_EPISODES);
+        let live = episodes.min(MAX_LIVE_EPISODES);
         // A server's KV cache and weights are its own, not this process's.
         let local_engine = config.engine.kind == crate::config::EngineKind::Local;
         let kv_cache = if local_engine {

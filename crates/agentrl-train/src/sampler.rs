@@ -21,30 +21,8 @@ use rand_chacha::ChaCha8Rng;
 use crate::config::Config;
 use crate::engine_sync::EngineWeights;
 
-/// Most episodes alive at once in one rollout (each holds a gym workspace on disk and a KV
-/// cache): larger steps and evaluations are sampled in chunks of whole groups. A model whose
-/// KV caches would not fit [`KV_CACHE_BUDGET_BYTES`] gets fewer ([`live_episode_bound`]).
-pub const MAX_LIVE_EPISODES: usize = 256;
-
-/// The memory the local engine's KV caches of one rollout may take (4 GiB).
-pub const KV_CACHE_BUDGET_BYTES: f64 = 4.0 * 1024.0 * 1024.0 * 1024.0;
-
-/// How much of a row's ragged KV cache is padding and spare capacity, at most: rows share
-/// slots, so a row's slots grow with the other rows' feeds, and a full buffer doubles.
-const RAGGED_KV_SLACK: f64 = 3.0;
-
-/// Most episodes alive at once for `config`'s model: [`MAX_LIVE_EPISODES`], or fewer when
-/// their KV caches at `model.max_seq` tokens would pass [`KV_CACHE_BUDGET_BYTES`] (SmolLM2's
-/// 30 layers: 9 at 3,072 tokens; TinyAgent and the tiny Qwen3: all 256). Measured: sixteen
-/// SmolLM2 episodes of an evaluation chunk grew past 23 GB.
-pub fn live_episode_bound(config: &Config) -> usize {
-    let Ok(shape) = crate::plan::ModelShape::of(config) else {
-        return MAX_LIVE_EPISODES;
-    };
-    let bytes_per_token = 2.0 * shape.layers as f64 * shape.kv_width as f64 * 4.0;
-    let per_episode = bytes_per_token * config.model.max_seq as f64 * RAGGED_KV_SLACK;
-    ((KV_CACHE_BUDGET_BYTES / per_episode) as usize).clamp(1, MAX_LIVE_EPISODES)
-}
+// The live-episode bound is a memory plan's decision (`crate::plan`); the sampler applies it.
+pub use crate::plan::{live_episode_bound, MAX_LIVE_EPISODES};
 
 /// What sampling reads of a trainer: the tasks, the gym, the codec and the engine's
 /// weights; not the optimizer. Borrowed apart from it, so an asynchronous step samples the

@@ -18,6 +18,8 @@ use agentrl_chat::ChatCodec;
 use agentrl_gym::types::{Action, CandidateEdit, FileView, Observation, ToolCall};
 use serde_json::{json, Value};
 
+use crate::qwen3::{fixture, ids};
+
 struct Smol {
     meta: GgufMetadata,
     tokenizer: QwenTokenizer,
@@ -38,23 +40,6 @@ fn smol() -> Option<&'static Smol> {
         })
     })
     .as_ref()
-}
-
-fn fixture(name: &str) -> Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name);
-    let text = std::fs::read_to_string(&path).expect("fixture file is committed");
-    serde_json::from_str(&text).expect("fixture is JSON")
-}
-
-fn ids(value: &Value) -> Vec<u32> {
-    value
-        .as_array()
-        .expect("ids array")
-        .iter()
-        .map(|x| x.as_u64().expect("id") as u32)
-        .collect()
 }
 
 fn cases(file: &str) -> Vec<Value> {

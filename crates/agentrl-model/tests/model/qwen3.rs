@@ -505,23 +505,29 @@ fn saved_adapter_matches_the_peft_checked_fixture() {
     let committed = fixture("lora_agentrl");
     let (model, config) = agentrl_adapter();
     assert_eq!(LoraConfig::load_peft(&committed).unwrap(), config);
-    let saved =
-        candle_core::safetensors::load(committed.join("adapter_model.safetensors"), &Device::Cpu)
-            .unwrap();
+    assert_adapter_file_holds(&model, &committed);
+    let margin = parity_margin(&model, &reference(&committed));
+    assert!(margin <= 1e-4, "{margin}");
+}
+
+/// The adapter file in `dir` holds exactly `model`'s LoRA factors, by PEFT name.
+pub(crate) fn assert_adapter_file_holds(model: &Qwen3, dir: &Path) {
+    let saved = candle_core::safetensors::load(dir.join("adapter_model.safetensors"), &Device::Cpu)
+        .unwrap();
     let ours = model.lora_vars();
     assert_eq!(saved.len(), ours.len());
     for (name, var) in ours {
         let file = saved.get(&name).unwrap_or_else(|| panic!("{name} missing"));
-        let diff: f32 = (file - var.as_tensor())
+        let diff = (file - var.as_tensor())
             .unwrap()
             .abs()
             .unwrap()
             .max_all()
             .unwrap()
-            .to_scalar()
+            .to_dtype(DType::F64)
+            .unwrap()
+            .to_scalar::<f64>()
             .unwrap();
         assert_eq!(diff, 0.0, "{name}");
     }
-    let margin = parity_margin(&model, &reference(&committed));
-    assert!(margin <= 1e-4, "{margin}");
 }

@@ -14,7 +14,7 @@ use agentrl_model::qwen3::{Architecture, ForwardMode, KvCache, Qwen3, Qwen3Confi
 use candle_core::{DType, Device, IndexOp, Tensor};
 use serde_json::Value;
 
-use crate::qwen3::{logprobs, options};
+use crate::qwen3::{assert_adapter_file_holds, logprobs, options};
 
 fn fixture_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/smollm2")
@@ -401,23 +401,7 @@ fn saved_smollm2_adapter_matches_the_peft_checked_fixture() {
     let committed = adapter_dir();
     let (model, config) = agentrl_adapter(base);
     assert_eq!(LoraConfig::load_peft(&committed).unwrap(), config);
-    let saved =
-        candle_core::safetensors::load(committed.join("adapter_model.safetensors"), &Device::Cpu)
-            .unwrap();
-    let ours = model.lora_vars();
-    assert_eq!(saved.len(), ours.len());
-    for (name, var) in ours {
-        let file = saved.get(&name).unwrap_or_else(|| panic!("{name} missing"));
-        let diff: f32 = (file - var.as_tensor())
-            .unwrap()
-            .abs()
-            .unwrap()
-            .max_all()
-            .unwrap()
-            .to_scalar()
-            .unwrap();
-        assert_eq!(diff, 0.0, "{name}");
-    }
+    assert_adapter_file_holds(&model, &committed);
     let text = std::fs::read_to_string(committed.join("reference.json")).unwrap();
     let recorded: Value = serde_json::from_str(&text).unwrap();
     for input in recorded["inputs"].as_array().unwrap() {
