@@ -491,7 +491,10 @@ def main():
     score_ids = encode(scoring_text())[: max(SCORE_LENGTHS)]
     gen_prompts = [encode(chatml([("user", q)])) for q in GEN_QUESTIONS[:BATCH]]
     result["inputs"] = {"tokenizer": tok_source, "scoring_tokens": len(score_ids),
-                        "gen_prompt_tokens": [len(p) for p in gen_prompts], "gen_new_tokens": GEN_NEW, "batch": BATCH}
+                        "gen_prompt_tokens": [len(p) for p in gen_prompts], "gen_new_tokens": GEN_NEW, "batch": BATCH,
+                        # The ids agentrl times too (`agentrl bench real-model` reads them).
+                        "score_128": list(score_ids[:128]), "score_512": list(score_ids[:512]),
+                        "generation_prompt": list(gen_prompts[0])}
 
     # Reference: transformers f32 log-probs over the 512-token input.
     ref_lp = None
@@ -553,6 +556,9 @@ def main():
         shutil.rmtree(workdir, ignore_errors=True)
     result["llama_cpp"] = lcpp
     result.update(flat_sections(result))
+    if ref_lp is not None and isinstance(result.get("transformers_f32"), dict):
+        # transformers f32 log-probs of the 512-token input, for agentrl's gap.
+        result["transformers_f32"]["logprobs_512"] = [float(x) for x in ref_lp]
     result["wall_s"] = time.perf_counter() - t_start
     emit(result, args.json_out)
     return 0
