@@ -78,9 +78,10 @@ fn build_tiny(config: &Config, seed: u64, with_reference: bool) -> anyhow::Resul
     })
 }
 
-/// The Llama-family decoder (Qwen3, or a GGUF file such as SmolLM2's) from `model.dir` (LoRA on every projection when `qwen3.lora_rank > 0`, else every
-/// weight trainable), its frozen reference (the folder's weights: a fresh LoRA is zero, so
-/// that is the initial policy) and its chat codec.
+/// The Llama-family decoder (Qwen3, or a GGUF file such as SmolLM2's) from `model.dir` (LoRA
+/// on every projection when `qwen3.lora_rank > 0`, else every weight trainable), its frozen
+/// reference (the folder's weights: a fresh LoRA is zero, so that is the initial policy) and
+/// its chat codec.
 fn build_qwen3(config: &Config, seed: u64, with_reference: bool) -> anyhow::Result<BuiltPolicy> {
     let dir = config.model.dir.as_deref().context(
         "model.kind = \"qwen3\" needs a model folder: set model.dir or pass --model DIR",

@@ -65,7 +65,6 @@ const TAPE_SCRATCH_MLP: f64 = 2.0;
 /// biased logits.
 const VOCAB_ROWS_GRAMMAR: f64 = 2.0;
 
-/// The shape of a policy, enough to count its memory.
 /// Most episodes alive at once in one rollout (each holds a gym workspace on disk and a KV
 /// cache): larger steps and evaluations are sampled in chunks of whole groups. A model whose
 /// KV caches would not fit [`KV_CACHE_BUDGET_BYTES`] gets fewer ([`live_episode_bound`]).
@@ -91,6 +90,7 @@ pub fn live_episode_bound(config: &Config) -> usize {
     ((KV_CACHE_BUDGET_BYTES / per_episode) as usize).clamp(1, MAX_LIVE_EPISODES)
 }
 
+/// The shape of a policy, enough to count its memory.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ModelShape {
     pub name: String,
