@@ -13,6 +13,13 @@
 //! optimisation, never a change of what is computed. A weight change drops the cache (its keys
 //! and values were computed with the old weights).
 //!
+//! **Shared prefill.** When the cache is rebuilt, prompts share their prefill: the prefix
+//! common to all of them (a chat model's system prompt and tool list) is fed once as one row and
+//! forked, and a prompt that several requests repeat (a GRPO group's samples of one task) is
+//! fed once and forked to each, so only the rest (at least each prompt's last token) is fed
+//! per request. vLLM's prefix cache gets the same saving from shared blocks. The keys and
+//! values are those of each row fed alone, up to float rounding of a different batch shape.
+//!
 //! **Log-probs.** By default the engine reports [`LogprobKind::TemperatureScaled`], what the
 //! trainer scores. [`LocalEngine::with_logprob_kind`] makes it report `Raw` or `Processed`
 //! instead, as a server with that `logprobs_mode` would: the samples are the same, only the
@@ -243,17 +250,121 @@ impl<D: Decoder> LocalEngine<D> {
                 ));
             }
         }
-        let rows = requests
-            .iter()
-            .map(|r| (r.session.unwrap_or(u64::MAX), Vec::new()))
-            .collect();
-        Ok((
-            CachedRows {
-                cache: self.decoder.new_cache(requests.len()),
-                rows,
+        self.cold_start(requests)
+    }
+
+    /// A fresh cache for `requests` with their shared prefill done (see the module doc,
+    /// "Shared prefill"): the prefix common to every prompt is fed once and forked, then each
+    /// distinct prompt's own middle is fed once and forked to the requests that repeat it;
+    /// what is left to feed is the rest of each prompt (at least its last token, whose logits
+    /// the first draw needs).
+    fn cold_start(&self, requests: &[GenerateRequest]) -> anyhow::Result<Prepared<D::Cache>> {
+        let plan = SharedPrefill::of(requests.iter().map(|r| r.prompt.as_slice()));
+        let mut cache = self.decoder.new_cache(plan.first_rows());
+        if plan.common > 0 {
+            let prefix = &requests[0].prompt[..plan.common];
+            self.decoder.decode(&[prefix], &mut cache)?;
+            self.decoder
+                .retain_rows(&mut cache, &vec![0; plan.distinct.len()])?;
+        }
+        let mut fed_before = plan.common;
+        if plan.forks_repeats() {
+            let middles: Vec<&[u32]> = plan
+                .distinct
+                .iter()
+                .map(|&r| {
+                    let prompt = &requests[r].prompt;
+                    &prompt[plan.common..prompt.len() - 1]
+                })
+                .collect();
+            if middles.iter().any(|m| !m.is_empty()) {
+                self.decoder.decode(&middles, &mut cache)?;
+            }
+            self.decoder.retain_rows(&mut cache, &plan.of_request)?;
+            fed_before = usize::MAX;
+        }
+        let mut rows = Vec::with_capacity(requests.len());
+        let mut feeds = Vec::with_capacity(requests.len());
+        for r in requests {
+            let fed = fed_before.min(r.prompt.len() - 1);
+            rows.push((r.session.unwrap_or(u64::MAX), r.prompt[..fed].to_vec()));
+            feeds.push(r.prompt[fed..].to_vec());
+        }
+        Ok((CachedRows { cache, rows }, feeds))
+    }
+}
+
+/// Fewest tokens of common prefix worth a prefill of their own (a one-row forward, then a copy
+/// of its keys and values into every row).
+const MIN_SHARED_PREFIX: usize = 16;
+
+/// How a cold call's prompts share their prefill: the prefix common to all of them, and which
+/// requests repeat the same prompt (a GRPO group samples one prompt several times).
+#[derive(Debug, PartialEq, Eq)]
+struct SharedPrefill {
+    /// Tokens every prompt starts with that are fed once (0 = none), always short of every
+    /// prompt's last token.
+    common: usize,
+    /// The first request of each distinct prompt, in order of first appearance.
+    distinct: Vec<usize>,
+    /// For each request, the index in `distinct` of its prompt.
+    of_request: Vec<usize>,
+}
+
+impl SharedPrefill {
+    fn of<'a>(prompts: impl Iterator<Item = &'a [u32]>) -> Self {
+        let prompts: Vec<&[u32]> = prompts.collect();
+        let mut distinct: Vec<usize> = Vec::new();
+        let mut of_request = Vec::with_capacity(prompts.len());
+        for (i, prompt) in prompts.iter().enumerate() {
+            match distinct.iter().position(|&d| prompts[d] == *prompt) {
+                Some(j) => of_request.push(j),
+                None => {
+                    of_request.push(distinct.len());
+                    distinct.push(i);
+                }
+            }
+        }
+        let common = match distinct.split_first() {
+            Some((&first, rest)) if !rest.is_empty() => {
+                let first = prompts[first];
+                let shared = rest.iter().fold(first.len(), |len, &d| {
+                    first[..len]
+                        .iter()
+                        .zip(prompts[d])
+                        .take_while(|(a, b)| a == b)
+                        .count()
+                });
+                let shortest = distinct.iter().map(|&d| prompts[d].len()).min();
+                shared.min(shortest.unwrap_or(1).saturating_sub(1))
+            }
+            _ => 0,
+        };
+        Self {
+            common: if common >= MIN_SHARED_PREFIX {
+                common
+            } else {
+                0
             },
-            requests.iter().map(|r| r.prompt.clone()).collect(),
-        ))
+            distinct,
+            of_request,
+        }
+    }
+
+    /// Some prompt is requested more than once.
+    fn forks_repeats(&self) -> bool {
+        self.distinct.len() < self.of_request.len()
+    }
+
+    /// Rows of the fresh cache before any fork.
+    fn first_rows(&self) -> usize {
+        if self.common > 0 {
+            1
+        } else if self.forks_repeats() {
+            self.distinct.len()
+        } else {
+            self.of_request.len()
+        }
     }
 }
 
@@ -383,5 +494,44 @@ impl<D: Decoder> Engine for LocalEngine<D> {
 
     fn weight_version(&self) -> u64 {
         self.version
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SharedPrefill;
+
+    fn plan(prompts: &[Vec<u32>]) -> SharedPrefill {
+        SharedPrefill::of(prompts.iter().map(Vec::as_slice))
+    }
+
+    #[test]
+    fn the_common_prefix_stops_short_of_every_prompts_last_token() {
+        let prefix: Vec<u32> = (0..30).collect();
+        let longer = [prefix.clone(), vec![99, 98]].concat();
+        let p = plan(&[longer.clone(), prefix.clone()]);
+        assert_eq!(p.common, 29);
+        assert_eq!(p.distinct, vec![0, 1]);
+        assert!(!p.forks_repeats());
+        assert_eq!(p.first_rows(), 1);
+        // A short common prefix is not worth its own forward.
+        let p = plan(&[vec![1, 2, 3, 4], vec![1, 2, 3, 5]]);
+        assert_eq!((p.common, p.first_rows()), (0, 2));
+    }
+
+    #[test]
+    fn repeated_prompts_are_fed_once() {
+        let a: Vec<u32> = (0..10).collect();
+        let b: Vec<u32> = (50..60).collect();
+        let p = plan(&[a.clone(), b.clone(), a.clone(), a.clone(), b]);
+        assert_eq!(p.common, 0);
+        assert_eq!(p.distinct, vec![0, 1]);
+        assert_eq!(p.of_request, vec![0, 1, 0, 0, 1]);
+        assert!(p.forks_repeats());
+        assert_eq!(p.first_rows(), 2);
+        let p = plan(std::slice::from_ref(&a));
+        assert_eq!((p.common, p.first_rows()), (0, 1));
+        let p = plan(&[a.clone(), a]);
+        assert_eq!((p.common, p.first_rows()), (0, 1));
     }
 }

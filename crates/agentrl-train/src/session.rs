@@ -99,13 +99,12 @@ fn present_splits(trainer: &Trainer) -> (Vec<Split>, Vec<String>) {
 }
 
 fn eval_all(trainer: &Trainer, tag: u64) -> anyhow::Result<Vec<EvalReport>> {
-    let e = &trainer.config.eval;
     present_splits(trainer)
         .0
         .into_iter()
         .map(|split| {
             trainer
-                .evaluate(split, e.samples, e.samples, e.temperature, tag)
+                .evaluate_for_run(split, tag)
                 .with_context(|| format!("evaluating the {split} split"))
         })
         .collect()
@@ -205,15 +204,8 @@ pub fn run_recipe_session(
         let step = trainer.state.step;
         let eval_every = trainer.config.train.eval_every;
         if crate::every(step, eval_every) {
-            let e = &trainer.config.eval;
             let report = trainer
-                .evaluate(
-                    Split::Train,
-                    e.samples,
-                    e.samples,
-                    e.temperature,
-                    step as u64,
-                )
+                .evaluate_for_run(Split::Train, step as u64)
                 .with_context(|| format!("evaluating the train split at step {step}"))?;
             if stop_at > 0.0 && reached.is_none() && report.hidden_solve_rate >= stop_at {
                 reached = Some((step, trainer.state.train_seconds));

@@ -445,12 +445,37 @@ impl Trainer {
         temperature: f64,
         tag: u64,
     ) -> anyhow::Result<EvalReport> {
-        let ids: Vec<String> = self
+        self.evaluate_tasks(split, usize::MAX, samples, k, temperature, tag)
+    }
+
+    /// The run's own evaluation of `split` (untrained, periodic, final): the config's samples,
+    /// temperature and `eval.tasks_per_split`.
+    pub fn evaluate_for_run(&self, split: Split, tag: u64) -> anyhow::Result<EvalReport> {
+        let e = &self.config.eval;
+        let limit = match e.tasks_per_split {
+            0 => usize::MAX,
+            n => n,
+        };
+        self.evaluate_tasks(split, limit, e.samples, e.samples, e.temperature, tag)
+    }
+
+    /// [`Self::evaluate`] on at most `limit` tasks of `split`, spread evenly over its order.
+    fn evaluate_tasks(
+        &self,
+        split: Split,
+        limit: usize,
+        samples: usize,
+        k: usize,
+        temperature: f64,
+        tag: u64,
+    ) -> anyhow::Result<EvalReport> {
+        let all: Vec<String> = self
             .tasks
             .split_checked(split)?
             .iter()
             .map(|t| t.id.clone())
             .collect();
+        let ids = spread(&all, limit);
         if ids.is_empty() {
             bail!(
                 "split {split} has no tasks in {}",
@@ -570,5 +595,30 @@ impl Trainer {
             run.display(),
             failures.join("\n  - ")
         )
+    }
+}
+
+/// At most `limit` of `items`, evenly spaced over them (the first always among them), in order.
+fn spread<T: Clone>(items: &[T], limit: usize) -> Vec<T> {
+    if limit >= items.len() {
+        return items.to_vec();
+    }
+    (0..limit)
+        .map(|i| items[i * items.len() / limit].clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod spread_tests {
+    use super::spread;
+
+    #[test]
+    fn spread_takes_evenly_spaced_items_in_order() {
+        let items: Vec<u32> = (0..32).collect();
+        assert_eq!(spread(&items, 4), vec![0, 8, 16, 24]);
+        assert_eq!(spread(&items, 5), vec![0, 6, 12, 19, 25]);
+        assert_eq!(spread(&items, 32), items);
+        assert_eq!(spread(&items, 100), items);
+        assert!(spread(&items, 0).is_empty());
     }
 }

@@ -308,17 +308,14 @@ fn untrained_run(out: &Path, seed: u64) -> anyhow::Result<MethodRun> {
     })
 }
 
-/// `split` at the run's `eval.samples` and `eval.temperature`.
+/// `split` as the run evaluates it (`eval.samples`, `eval.temperature`, `eval.tasks_per_split`).
 fn evaluate(trainer: &Trainer, split: Split, tag: u64) -> anyhow::Result<EvalReport> {
-    let e = &trainer.config.eval;
-    trainer
-        .evaluate(split, e.samples, e.samples, e.temperature, tag)
-        .with_context(|| {
-            format!(
-                "evaluating the {split} split of {}",
-                trainer.run.root.display()
-            )
-        })
+    trainer.evaluate_for_run(split, tag).with_context(|| {
+        format!(
+            "evaluating the {split} split of {}",
+            trainer.run.root.display()
+        )
+    })
 }
 
 /// The held-out splits, the entropy, and `train` (the train split's evaluation) of a policy.

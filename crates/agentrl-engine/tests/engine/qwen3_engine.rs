@@ -262,6 +262,37 @@ fn prefix_caching_across_turns_gives_the_same_samples_as_no_caching() {
 }
 
 #[test]
+fn a_shared_prefill_gives_each_row_what_it_would_sample_alone() {
+    let model = trainer(6, false);
+    // A 20-token prefix common to every prompt (a system prompt), one prompt requested three
+    // times (a GRPO group), and one prompt that is nothing but the prefix and a token.
+    let shared: Vec<u32> = (0..20).map(|i| (i * 3 + 7) % VOCAB as u32).collect();
+    let with = |tail: &[u32]| -> Vec<u32> { shared.iter().chain(tail).copied().collect() };
+    let prompts = vec![
+        with(&[4, 8, 15, 16]),
+        with(&[23, 42]),
+        with(&[4, 8, 15, 16]),
+        with(&[9]),
+        with(&[4, 8, 15, 16]),
+    ];
+    let knobs = params(sampling(1.0, 1.0, 0), 8, &[]);
+    let together = LocalEngine::new(&model)
+        .generate(&requests(&prompts, 40), &knobs)
+        .unwrap();
+    for (i, prompt) in prompts.iter().enumerate() {
+        let mut alone = requests(std::slice::from_ref(prompt), 40 + i as u64);
+        alone[0].session = Some(i as u64);
+        let alone = LocalEngine::new(&model).generate(&alone, &knobs).unwrap();
+        assert_eq!(alone[0].tokens, together[i].tokens, "row {i}");
+        let want: Vec<f64> = alone[0].logprobs.iter().map(|&x| x as f64).collect();
+        assert!(max_gap(&together[i], &want) < 1e-5, "row {i}");
+        // And the trainer agrees, as for any other sample.
+        let trainer = trainer_logprobs(&model, prompt, &together[i].tokens, 1.0);
+        assert!(max_gap(&together[i], &trainer) < 1e-4, "row {i} vs trainer");
+    }
+}
+
+#[test]
 fn raw_and_processed_modes_report_what_they_say() {
     let model = trainer(5, false);
     let prompts = prompts();

@@ -301,7 +301,8 @@ pub struct TrainConfig {
     pub dashboard_every: usize,
 }
 
-/// Evaluation: samples per task for pass@k, and the decoding temperature.
+/// Evaluation: samples per task for pass@k, the decoding temperature, and how many tasks of
+/// each split a run's own evaluations take.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EvalConfig {
@@ -309,6 +310,13 @@ pub struct EvalConfig {
     pub samples: usize,
     /// 0 = greedy.
     pub temperature: f64,
+    /// At most this many tasks of each split in the run's untrained, periodic and final
+    /// evaluations (0 = every task), spread evenly over the split's task order so every family
+    /// is represented, and the same tasks each time. For models whose evaluation of every task
+    /// costs more than the training (a real model on the CPU); `agentrl eval RUN` always takes
+    /// every task.
+    #[serde(default)]
+    pub tasks_per_split: usize,
 }
 
 /// Supervised fine-tuning (`agentrl sft`, `recipes::sft`). A step has the shape of an RL step
