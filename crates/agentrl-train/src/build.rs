@@ -106,6 +106,9 @@ fn build_qwen3(config: &Config, seed: u64, with_reference: bool) -> anyhow::Resu
     if let Some(lora) = &lora {
         policy.add_lora(lora, seed)?;
     }
+    policy
+        .set_gradient_checkpointing(q.gradient_checkpointing)
+        .context("qwen3.gradient_checkpointing")?;
     let reference: Option<Box<dyn TrainPolicy>> = if with_reference {
         Some(Box::new(Qwen3::load(dir, &options(false))?))
     } else {

@@ -22,6 +22,7 @@ mod mismatch;
 mod post_training;
 mod qwen3_format;
 mod reward_hacking;
+mod smollm2_learning;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -40,7 +41,8 @@ use agentrl_train::trainer::Trainer;
 #[derive(Debug, Args)]
 pub struct ExperimentArgs {
     /// The experiment: reward-hacking, mismatch, entropy-collapse, algorithms, length-effects,
-    /// format-learning, credit-assignment, post-training, qwen3-format (or `list`).
+    /// format-learning, credit-assignment, post-training, qwen3-format, smollm2-learning (or
+    /// `list`).
     #[arg(
         value_name = "NAME",
         required_unless_present = "all",
@@ -63,6 +65,10 @@ pub struct ExperimentArgs {
     /// experiments that evaluate before and after training (their evaluations are not kept).
     #[arg(long, conflicts_with = "all")]
     pub rejudge: bool,
+    /// Continue an experiment that was cut off, in its `--out` folder: the stages it finished
+    /// are read back, the rest trained (smollm2-learning, whose stages take tens of minutes).
+    #[arg(long, conflicts_with_all = ["all", "rejudge"])]
+    pub resume: bool,
 }
 
 /// One experiment: its arms and how to judge them.
@@ -131,9 +137,15 @@ pub(crate) struct DrivenExperiment {
     pub question: &'static str,
     /// Trains the arms into the (fresh) folder and writes the result ([`finish`]).
     pub run: fn(&ExperimentArgs, &Path) -> anyhow::Result<()>,
+    /// `--resume` continues it in an existing folder (its `run` reads finished arms back).
+    pub resumable: bool,
 }
 
-const DRIVEN: &[&DrivenExperiment] = &[&post_training::EXPERIMENT, &qwen3_format::EXPERIMENT];
+const DRIVEN: &[&DrivenExperiment] = &[
+    &post_training::EXPERIMENT,
+    &qwen3_format::EXPERIMENT,
+    &smollm2_learning::EXPERIMENT,
+];
 
 pub fn experiment(args: ExperimentArgs) -> anyhow::Result<()> {
     if args.all {
@@ -153,6 +165,7 @@ pub fn experiment(args: ExperimentArgs) -> anyhow::Result<()> {
                 seeds: args.seeds.clone(),
                 out: Some(root.join(name)),
                 rejudge: false,
+                resume: false,
             })
             .with_context(|| format!("experiment {name}"))?;
         }
@@ -173,8 +186,25 @@ pub fn experiment(args: ExperimentArgs) -> anyhow::Result<()> {
         if args.rejudge {
             bail!("--rejudge is not offered by {}", driven.name);
         }
-        let out = prepare_out(&args, driven.name)?;
+        let out = if args.resume {
+            if !driven.resumable {
+                bail!("--resume is not offered by {}", driven.name);
+            }
+            let out = out_dir(&args, driven.name);
+            if !out.is_dir() {
+                bail!(
+                    "--resume continues an experiment in its folder; {} is none",
+                    out.display()
+                );
+            }
+            out
+        } else {
+            prepare_out(&args, driven.name)?
+        };
         return (driven.run)(&args, &out);
+    }
+    if args.resume {
+        bail!("--resume is offered by smollm2-learning only");
     }
     let Some(experiment) = EXPERIMENTS.iter().find(|e| e.name == name) else {
         bail!(

@@ -45,6 +45,7 @@ pub(crate) const EXPERIMENT: DrivenExperiment = DrivenExperiment {
                on-policy distillation reach, at what cost in samples, and does distillation \
                reach its RL-trained teacher's level in far fewer samples than RL?",
     run,
+    resumable: false,
 };
 
 /// Settings every method shares: the batch shape of reward-hacking's budget, and a periodic

@@ -42,6 +42,7 @@ pub(crate) const EXPERIMENT: DrivenExperiment = DrivenExperiment {
                cost raise the rate further, and how often would re-tokenising its episodes \
                give other tokens than it sampled?",
     run,
+    resumable: false,
 };
 
 /// The recipe: the repository's tiny-Qwen3 config, as committed.

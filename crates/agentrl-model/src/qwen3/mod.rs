@@ -25,14 +25,17 @@
 //!
 //! Layout: `config.rs` ([`Qwen3Config`], the HF `config.json`), `model.rs` ([`Qwen3`], its
 //! weights and forward passes), `cache.rs` ([`KvCache`], the rectangular decoding state),
-//! `ragged.rs` ([`RaggedKvCache`] and the ragged decoding step).
+//! `ragged.rs` ([`RaggedKvCache`] and the ragged decoding step), `checkpoint.rs` (gradient
+//! checkpointing of the update's forward).
 
 mod cache;
+mod checkpoint;
 mod config;
 mod model;
 mod ragged;
 
 pub use cache::KvCache;
+pub use checkpoint::CheckpointedLayers;
 pub use config::{Architecture, Qwen3Config, RopeScaling};
 pub use model::{gather_logprobs, ForwardMode, LoadOptions, Qwen3};
 pub use ragged::RaggedKvCache;

@@ -114,7 +114,7 @@ pub struct Qwen3 {
     pub(super) config: Qwen3Config,
     pub(super) embed_tokens: Tensor,
     pub(super) layers: Vec<DecoderLayer>,
-    norm: Tensor,
+    pub(super) norm: Tensor,
     /// `None` when the output projection is tied to `embed_tokens`.
     lm_head: Option<Tensor>,
     /// The output projection (tied or not) packed for the AMX path, when it applies.
@@ -128,6 +128,9 @@ pub struct Qwen3 {
     /// holds the same ones, [`Qwen3::copy_weights_from`] keeps this copy's base (and its AMX
     /// packing) and refreshes only the adapters.
     base_source: Option<Vec<TensorId>>,
+    /// The update's forward keeps one decoder layer's activations at a time
+    /// ([`Qwen3::set_gradient_checkpointing`], `super::checkpoint`).
+    pub(super) gradient_checkpointing: bool,
     pub(super) dtype: DType,
     pub(super) device: Device,
 }
@@ -251,6 +254,7 @@ impl Qwen3 {
             inv_freq,
             base_vars,
             base_source: None,
+            gradient_checkpointing: false,
             dtype: options.dtype,
             device: options.device.clone(),
         })
@@ -744,7 +748,7 @@ impl Qwen3 {
     }
 
     /// Logits `[N, V]` of the hidden states `[N, H]` (the tied or separate LM head).
-    fn project_to_vocab(&self, hidden: &Tensor, mode: ForwardMode) -> Result<Tensor> {
+    pub(super) fn project_to_vocab(&self, hidden: &Tensor, mode: ForwardMode) -> Result<Tensor> {
         let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
         frozen_matmul(hidden, head, self.head_packed.as_deref(), mode)
     }
@@ -804,7 +808,7 @@ impl Qwen3 {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn decoder_layer(
+    pub(super) fn decoder_layer(
         &self,
         layer: &DecoderLayer,
         hidden: &Tensor,
@@ -985,7 +989,7 @@ impl Qwen3 {
     }
 
     /// cos and sin of the rotary angles for positions `offset..offset+seq`, `[seq, head_dim/2]`.
-    fn rotary_tables(&self, offset: usize, seq: usize) -> Result<(Tensor, Tensor)> {
+    pub(super) fn rotary_tables(&self, offset: usize, seq: usize) -> Result<(Tensor, Tensor)> {
         let half = self.inv_freq.len();
         let mut cos = Vec::with_capacity(seq * half);
         let mut sin = Vec::with_capacity(seq * half);
@@ -1128,7 +1132,12 @@ pub(super) fn apply_rotary(
 
 /// Additive causal mask `[T, offset+T]`: query `i` (at position `offset+i`) sees keys
 /// `0..=offset+i`.
-fn causal_mask(seq: usize, offset: usize, dtype: DType, device: &Device) -> Result<Tensor> {
+pub(super) fn causal_mask(
+    seq: usize,
+    offset: usize,
+    dtype: DType,
+    device: &Device,
+) -> Result<Tensor> {
     let total = offset + seq;
     let values: Vec<f32> = (0..seq)
         .flat_map(|i| {
@@ -1164,6 +1173,29 @@ impl crate::policy::Policy for Qwen3 {
         Ok(crate::policy::PolicyOutput {
             logits,
             values: None,
+        })
+    }
+
+    fn forward_at_for_update(
+        &self,
+        ids: &Tensor,
+        positions: &Tensor,
+    ) -> candle_core::Result<crate::policy::ForUpdate> {
+        if !self.gradient_checkpointing {
+            return Ok(crate::policy::ForUpdate {
+                output: crate::policy::Policy::forward_at(self, ids, positions)?,
+                pending: None,
+            });
+        }
+        let (logits, pending) = self
+            .forward_at_checkpointed(ids, positions)
+            .map_err(candle_core::Error::wrap)?;
+        Ok(crate::policy::ForUpdate {
+            output: crate::policy::PolicyOutput {
+                logits,
+                values: None,
+            },
+            pending: Some(Box::new(pending)),
         })
     }
 

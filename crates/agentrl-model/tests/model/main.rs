@@ -21,6 +21,7 @@ mod fused_rms_norm;
 mod fused_silu_mul;
 mod lora;
 mod qwen3;
+mod qwen3_checkpoint;
 mod qwen3_ragged;
 mod smollm2;
 mod tiny_agent;

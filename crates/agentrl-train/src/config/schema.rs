@@ -101,6 +101,12 @@ pub struct Qwen3Settings {
     /// Tool output longer than this many tokens is cut in the middle, with a marker saying
     /// how much was cut.
     pub max_observation_tokens: usize,
+    /// Gradient checkpointing of the update's forward (transformers'
+    /// `gradient_checkpointing`): one decoder layer's activations live at a time, for one more
+    /// forward pass of the layers (`agentrl_model::qwen3::CheckpointedLayers`). Needs LoRA
+    /// (`lora_rank > 0`). Absent in run folders from before the knob: off.
+    #[serde(default)]
+    pub gradient_checkpointing: bool,
 }
 
 /// Where rollouts come from.

@@ -140,6 +140,13 @@ impl Config {
         if self.eval.samples == 0 {
             errors.push("eval.samples must be >= 1".into());
         }
+        if self.qwen3.gradient_checkpointing && self.qwen3.lora_rank == 0 {
+            errors.push(
+                "qwen3.gradient_checkpointing = true needs qwen3.lora_rank > 0 (the embedding's \
+                 gradient of a fully trained model is not checkpointed)"
+                    .into(),
+            );
+        }
         let splits: Vec<&str> = agentrl_gym::Split::ALL.iter().map(|s| s.as_str()).collect();
         if !splits.contains(&self.rollout.split.as_str()) {
             errors.push(format!(
