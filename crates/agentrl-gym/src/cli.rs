@@ -198,8 +198,7 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         },
         args.max_episodes
     );
-    server.wait();
-    Ok(())
+    server.wait_for_signal()
 }
 
 /// Runs a gym command. A closed stdout (`agentrl gym list | head`) ends it quietly.
