@@ -25,8 +25,8 @@
 //!   starts an episode in the server's table and answers its id in `metadata.episode_id`, which
 //!   `/step` and `/state?episode_id=` then name (it is reaped like any other when left idle).
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
@@ -38,11 +38,92 @@ use axum::Router;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::server::{self, blocking, json_response, HttpError, Shared};
+use super::server::{self, blocking, json_response, lock, HttpError, Shared};
 use super::wire::{StartRequest, StepRequest, StepResponse};
 use crate::render::render_text;
 use crate::task::Split;
 use crate::types::{Action, Observation, Tool, ToolCall};
+
+/// An OpenEnv session: its episode, if reset. A WebSocket without `?session_id=` makes one
+/// for its lifetime; `openenv/session/create` (MCP over HTTP, what `MCPToolClient` does) makes
+/// one that a WebSocket then attaches to, closed by `openenv/session/close` or the reaper.
+pub(crate) struct OpenEnvSession {
+    episode: Option<String>,
+    last_used: Instant,
+    /// A WebSocket is attached (the reaper leaves it alone; the socket's own time-out rules).
+    attached: bool,
+}
+
+/// Closes the sessions idle past the idle time-out (none with a socket attached), and their
+/// episodes.
+pub(crate) fn reap(shared: &Shared) {
+    let timeout = shared.options.idle_timeout;
+    let idle: Vec<Option<String>> = {
+        let mut sessions = lock(&shared.openenv);
+        let ids: Vec<String> = sessions
+            .iter()
+            .filter(|(_, s)| !s.attached && s.last_used.elapsed() > timeout)
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.into_iter()
+            .filter_map(|id| sessions.remove(&id))
+            .map(|s| s.episode)
+            .collect()
+    };
+    for episode in idle.into_iter().flatten() {
+        let _ = server::close(shared, &episode);
+    }
+}
+
+/// A new session, or `CAPACITY_REACHED` (as an [`HttpError`] 429) past `max_episodes`.
+fn open_session(shared: &Shared, attached: bool) -> Result<String, HttpError> {
+    let mut sessions = lock(&shared.openenv);
+    let max = shared.options.max_episodes;
+    if sessions.len() >= max {
+        return Err(HttpError::new(
+            429,
+            format!(
+                "CAPACITY_REACHED: the server holds its most sessions ({max}, --max-episodes): \
+                 retry later"
+            ),
+        ));
+    }
+    let id = format!(
+        "oe-{:016x}{:016x}",
+        rand::random::<u64>(),
+        rand::random::<u64>()
+    );
+    sessions.insert(
+        id.clone(),
+        OpenEnvSession {
+            episode: None,
+            last_used: Instant::now(),
+            attached,
+        },
+    );
+    Ok(id)
+}
+
+/// Removes a session and closes its episode.
+async fn close_session(shared: &Arc<Shared>, id: &str) {
+    let removed = lock(&shared.openenv).remove(id);
+    if let Some(episode) = removed.and_then(|s| s.episode) {
+        let _ = blocking(shared, move |s| server::close(s, &episode)).await;
+    }
+}
+
+/// The session's episode (touching the session).
+fn session_episode(shared: &Shared, session: &str) -> Result<Option<String>, HttpError> {
+    let mut sessions = lock(&shared.openenv);
+    let entry = sessions.get_mut(session).ok_or_else(|| {
+        HttpError::new(
+            404,
+            format!("unknown session {session:?} (closed or timed out)"),
+        )
+    })?;
+    entry.last_used = Instant::now();
+    Ok(entry.episode.clone())
+}
 
 /// The routes, to nest under `/openenv`.
 pub(crate) fn router() -> Router<Arc<Shared>> {
@@ -429,7 +510,9 @@ fn rpc_error(id: Value, code: i64, message: impl Into<String>) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message.into()}})
 }
 
-/// One JSON-RPC request; `session` is the WebSocket session's episode, if any.
+/// One JSON-RPC request; `session` is the WebSocket's session, if any. `tools/call` names its
+/// episode by `params.session_id`: a session (its episode) or an episode id (a stateless
+/// `/reset`'s).
 async fn mcp(shared: &Arc<Shared>, request: &Value, session: Option<&str>) -> Value {
     let id = request.get("id").cloned().unwrap_or(Value::Null);
     let Some(method) = request.get("method").and_then(Value::as_str) else {
@@ -440,6 +523,11 @@ async fn mcp(shared: &Arc<Shared>, request: &Value, session: Option<&str>) -> Va
         );
     };
     let params = request.get("params").cloned().unwrap_or(json!({}));
+    let named = params
+        .get("session_id")
+        .and_then(Value::as_str)
+        .or(session)
+        .map(str::to_string);
     let result = match method {
         "initialize" => json!({
             "protocolVersion": "2025-03-26",
@@ -447,21 +535,35 @@ async fn mcp(shared: &Arc<Shared>, request: &Value, session: Option<&str>) -> Va
             "serverInfo": {"name": "agentrl-bugfix", "version": env!("CARGO_PKG_VERSION")}
         }),
         "tools/list" => json!({ "tools": tool_list("inputSchema") }),
+        "openenv/session/create" => match open_session(shared, false) {
+            Ok(session_id) => json!({ "session_id": session_id }),
+            Err(e) => return rpc_error(id, -32000, e.message),
+        },
+        "openenv/session/close" => {
+            let Some(named) = named else {
+                return rpc_error(id, -32602, "params.session_id: the session to close");
+            };
+            close_session(shared, &named).await;
+            json!({ "session_id": named, "closed": true })
+        }
         "tools/call" => {
             let Some(name) = params.get("name").and_then(Value::as_str) else {
                 return rpc_error(id, -32602, "params.name: the tool's name is required");
             };
-            let episode = params
-                .get("session_id")
-                .and_then(Value::as_str)
-                .or(session)
-                .map(str::to_string);
-            let Some(episode) = episode else {
+            let Some(named) = named else {
                 return rpc_error(
                     id,
                     -32602,
-                    "params.session_id: name the episode (the episode_id a reset answered)",
+                    "params.session_id: name the session (or the episode_id a /reset answered)",
                 );
+            };
+            let episode = match session_episode(shared, &named) {
+                Ok(Some(episode)) => episode,
+                Ok(None) => {
+                    return rpc_error(id, -32000, "the session has no episode: reset first")
+                }
+                // Not a session: an episode id.
+                Err(_) => named,
             };
             let arguments = params.get("arguments").cloned().unwrap_or(json!({}));
             match act(
@@ -504,18 +606,18 @@ async fn mcp_route(State(shared): State<Arc<Shared>>, request: Body) -> Response
 
 // ---- WebSocket sessions ----
 
-async fn ws_route(State(shared): State<Arc<Shared>>, ws: WebSocketUpgrade) -> Response {
-    ws.max_message_size(server::MAX_BODY)
-        .on_upgrade(move |socket| session(shared, socket))
+#[derive(Deserialize)]
+struct WsQuery {
+    session_id: Option<String>,
 }
 
-/// Counts an open session while it lives.
-struct SessionCount(Arc<Shared>);
-
-impl Drop for SessionCount {
-    fn drop(&mut self) {
-        self.0.ws_sessions.fetch_sub(1, Ordering::SeqCst);
-    }
+async fn ws_route(
+    State(shared): State<Arc<Shared>>,
+    Query(query): Query<WsQuery>,
+    ws: WebSocketUpgrade,
+) -> Response {
+    ws.max_message_size(server::MAX_BODY)
+        .on_upgrade(move |socket| session(shared, socket, query.session_id))
 }
 
 async fn send(socket: &mut WebSocket, frame: &Value) -> bool {
@@ -525,22 +627,48 @@ async fn send(socket: &mut WebSocket, frame: &Value) -> bool {
         .is_ok()
 }
 
-/// One session: one episode at a time, closed with the session.
-async fn session(shared: Arc<Shared>, mut socket: WebSocket) {
-    let open = shared.ws_sessions.fetch_add(1, Ordering::SeqCst) + 1;
-    let _count = SessionCount(shared.clone());
-    let max = shared.options.max_episodes;
-    if open > max {
-        let frame = json!({"type": "error", "data": {
-            "message": format!("the server holds its most sessions ({max}, --max-episodes): \
-                                retry later"),
-            "code": "CAPACITY_REACHED", "active_sessions": open - 1, "max_sessions": max}});
-        send(&mut socket, &frame).await;
-        let _ = socket.send(Message::Close(None)).await;
-        return;
+/// Attaches to session `id` (made by `openenv/session/create`).
+fn attach(shared: &Shared, id: &str) -> Result<(), HttpError> {
+    let mut sessions = lock(&shared.openenv);
+    match sessions.get_mut(id) {
+        None => Err(HttpError::new(404, format!("Unknown session_id: {id}"))),
+        Some(s) if s.attached => Err(HttpError::new(
+            400,
+            format!("Session {id} already has an attached WebSocket"),
+        )),
+        Some(s) => {
+            s.attached = true;
+            Ok(())
+        }
     }
+}
+
+/// One WebSocket: one session, one episode at a time. A session of its own is closed with
+/// the socket; an attached one is detached (its owner closes it).
+async fn session(shared: Arc<Shared>, mut socket: WebSocket, attach_to: Option<String>) {
+    let (id, owned) = match attach_to {
+        Some(id) => match attach(&shared, &id) {
+            Ok(()) => (id, false),
+            Err(e) => {
+                send(&mut socket, &error_frame(&e)).await;
+                let _ = socket.send(Message::Close(None)).await;
+                return;
+            }
+        },
+        None => match open_session(&shared, true) {
+            Ok(id) => (id, true),
+            Err(e) => {
+                let max = shared.options.max_episodes;
+                let frame = json!({"type": "error", "data": {
+                    "message": e.message, "code": "CAPACITY_REACHED",
+                    "active_sessions": max, "max_sessions": max}});
+                send(&mut socket, &frame).await;
+                let _ = socket.send(Message::Close(None)).await;
+                return;
+            }
+        },
+    };
     let idle = shared.options.idle_timeout;
-    let mut episode: Option<String> = None;
     loop {
         let message = match tokio::time::timeout(idle, socket.recv()).await {
             Err(_) => {
@@ -566,7 +694,7 @@ async fn session(shared: Arc<Shared>, mut socket: WebSocket) {
                 "message": format!("Invalid JSON: {e}"), "code": "INVALID_JSON"}}),
             Ok(message) => match message.get("type").and_then(Value::as_str) {
                 Some("close") => break,
-                Some(kind) => on_message(&shared, kind, &message, &mut episode).await,
+                Some(kind) => on_message(&shared, kind, &message, &id).await,
                 None => json!({"type": "error", "data": {
                     "message": "field type: reset, step, state, close or mcp",
                     "code": "UNKNOWN_TYPE"}}),
@@ -576,45 +704,53 @@ async fn session(shared: Arc<Shared>, mut socket: WebSocket) {
             break;
         }
     }
-    if let Some(id) = episode {
-        let _ = blocking(&shared, move |s| server::close(s, &id)).await;
+    if owned {
+        close_session(&shared, &id).await;
+    } else if let Some(s) = lock(&shared.openenv).get_mut(&id) {
+        s.attached = false;
+        s.last_used = Instant::now();
     }
 }
 
-/// The answer frame to one message of a session.
-async fn on_message(
-    shared: &Arc<Shared>,
-    kind: &str,
-    message: &Value,
-    episode: &mut Option<String>,
-) -> Value {
+/// The answer frame to one message of session `id`.
+async fn on_message(shared: &Arc<Shared>, kind: &str, message: &Value, id: &str) -> Value {
     let data = message.get("data").cloned().unwrap_or(json!({}));
     let result = match kind {
         "reset" => {
             async {
                 let data: ResetData = serde_json::from_value(data)
                     .map_err(|e| HttpError::new(400, format!("reset data: {e}")))?;
-                if let Some(previous) = episode.take() {
+                let previous = lock(&shared.openenv)
+                    .get_mut(id)
+                    .and_then(|s| s.episode.take());
+                if let Some(previous) = previous {
                     let _ = blocking(shared, move |s| server::close(s, &previous)).await;
                 }
-                let (id, payload) = reset(shared, data).await?;
-                *episode = Some(id);
+                let (episode, payload) = reset(shared, data).await?;
+                match lock(&shared.openenv).get_mut(id) {
+                    Some(s) => s.episode = Some(episode),
+                    None => {
+                        let _ = server::close(shared, &episode);
+                        return Err(HttpError::new(404, "the session was closed"));
+                    }
+                }
                 Ok(json!({"type": "observation", "data": payload}))
             }
             .await
         }
         "step" => {
             async {
-                let id = episode
-                    .as_deref()
+                let episode = session_episode(shared, id)?
                     .ok_or_else(|| HttpError::new(400, "no episode: send a reset first"))?;
-                let payload = act(shared, id, parse_action(&data)?).await?;
+                let payload = act(shared, &episode, parse_action(&data)?).await?;
                 Ok(json!({"type": "observation", "data": payload}))
             }
             .await
         }
-        "state" => state(shared, episode.as_deref()).map(|s| json!({"type": "state", "data": s})),
-        "mcp" => Ok(json!({"type": "mcp", "data": mcp(shared, &data, episode.as_deref()).await})),
+        "state" => session_episode(shared, id)
+            .and_then(|episode| state(shared, episode.as_deref()))
+            .map(|s| json!({"type": "state", "data": s})),
+        "mcp" => Ok(json!({"type": "mcp", "data": mcp(shared, &data, Some(id)).await})),
         other => Ok(json!({"type": "error", "data": {
             "message": format!("Unknown message type: {other}"), "code": "UNKNOWN_TYPE"}})),
     };

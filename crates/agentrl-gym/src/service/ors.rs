@@ -508,24 +508,27 @@ async fn task_range(State(shared): State<Arc<Shared>>, request: Body) -> Respons
     )
 }
 
-/// The task's prompt: the first observation's text.
-fn prompt_text(shared: &Shared, headers: &HeaderMap) -> Result<String, HttpError> {
+/// The task's prompt: a text block of the first observation, the observation itself in its
+/// `detail` (files, candidates) for clients that act on structure.
+fn prompt_block(shared: &Shared, headers: &HeaderMap) -> Result<Value, HttpError> {
     let episode = session_episode(shared, headers)?;
     let (_, first, _) = server::episode_info(shared, &episode)?;
-    Ok(render_text(&first))
+    Ok(json!({
+        "type": "text",
+        "text": render_text(&first),
+        "detail": { "observation": serde_json::to_value(&first).unwrap_or(Value::Null) },
+    }))
 }
 
 async fn prompt(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    respond(
-        prompt_text(&shared, &headers)
-            .and_then(|text| json(json!([{"type": "text", "text": text}]))),
-    )
+    respond(prompt_block(&shared, &headers).and_then(|block| json(json!([block]))))
 }
 
 async fn messages(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    respond(prompt_text(&shared, &headers).and_then(|text| {
-        json(json!([{"role": "user", "blocks": [{"type": "text", "text": text}]}]))
-    }))
+    respond(
+        prompt_block(&shared, &headers)
+            .and_then(|block| json(json!([{"role": "user", "blocks": [block]}]))),
+    )
 }
 
 #[derive(Deserialize)]

@@ -24,7 +24,7 @@
 //! and every lookup is checked.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -147,9 +147,9 @@ pub(crate) struct Shared {
     next_id: AtomicU64,
     /// Set on shutdown: starts are refused (503) while live requests finish.
     pub(crate) closing: AtomicBool,
-    /// Open OpenEnv WebSocket sessions (bounded by `max_episodes`, as OpenEnv bounds its
-    /// sessions by `max_concurrent_envs`).
-    pub(crate) ws_sessions: AtomicUsize,
+    /// OpenEnv sessions (WebSocket or MCP-over-HTTP): session id → its episode, bounded by
+    /// `max_episodes` as OpenEnv bounds its sessions by `max_concurrent_envs`.
+    pub(crate) openenv: Mutex<HashMap<String, super::openenv::OpenEnvSession>>,
     /// ORS sessions: session id → its episode, see [`super::ors`].
     pub(crate) ors: Mutex<HashMap<String, super::ors::OrsSession>>,
 }
@@ -181,7 +181,7 @@ impl GymServer {
             counters: Counters::default(),
             next_id: AtomicU64::new(1),
             closing: AtomicBool::new(false),
-            ws_sessions: AtomicUsize::new(0),
+            openenv: Mutex::new(HashMap::new()),
             ors: Mutex::new(HashMap::new()),
             options,
         });
@@ -247,6 +247,7 @@ impl Drop for GymServer {
 /// Drops every episode (and with it its workspace) and every protocol session.
 fn close_all(shared: &Shared) {
     lock(&shared.ors).clear();
+    lock(&shared.openenv).clear();
     let slots: Vec<_> = {
         let mut table = lock(&shared.table);
         table.live = 0;
@@ -756,6 +757,7 @@ async fn reaper(shared: Arc<Shared>, mut stop: tokio::sync::watch::Receiver<bool
 /// none. Episodes whose lock is held are busy, hence not idle.
 fn reap(shared: &Shared) {
     super::ors::reap(shared);
+    super::openenv::reap(shared);
     let timeout = shared.options.idle_timeout;
     let mut table = lock(&shared.table);
     let mut idle = Vec::new();
