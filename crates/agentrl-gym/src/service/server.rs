@@ -357,24 +357,37 @@ pub(crate) async fn blocking<T: Send + 'static>(
         .unwrap_or_else(|e| Err(HttpError::new(500, format!("the gym failed: {e}"))))
 }
 
-/// The token rule, before any route: `Authorization: Bearer KEY`, or ORS's `X-API-Key: KEY`.
+/// The token rule, before any route: `Authorization: Bearer KEY`, or ORS's `X-API-Key: KEY`;
+/// under OpenEnv's capability prefix `/openenv/k/KEY/…` the key in the path (for OpenEnv tools
+/// that send no header, such as `openenv validate --url`).
 async fn check_key(
     State(shared): State<Arc<Shared>>,
     request: Request,
     next: axum::middleware::Next,
 ) -> Response {
-    if shared.options.access.requires_key()
-        && !super::access::allows_headers(&shared.options.access, request.headers())
-    {
-        return HttpError::new(
-            401,
-            "missing or wrong API key: send `Authorization: Bearer KEY` (or `X-API-Key: KEY`) \
-             with the server's key",
-        )
-        .into_response();
+    let rule = &shared.options.access;
+    if rule.requires_key() {
+        let allowed = match request.uri().path().strip_prefix(OPENENV_KEYED) {
+            Some(rest) => {
+                let key = rest.split('/').next().unwrap_or("");
+                rule.allows(Some(&format!("Bearer {key}")))
+            }
+            None => super::access::allows_headers(rule, request.headers()),
+        };
+        if !allowed {
+            return HttpError::new(
+                401,
+                "missing or wrong API key: send `Authorization: Bearer KEY` (or `X-API-Key: \
+                 KEY`) with the server's key, or for OpenEnv use the prefix /openenv/k/KEY",
+            )
+            .into_response();
+        }
     }
     next.run(request).await
 }
+
+/// OpenEnv's routes with the key in the path: `/openenv/k/KEY/health`, `…/ws`.
+const OPENENV_KEYED: &str = "/openenv/k/";
 
 /// Every route of the three protocols.
 fn router(shared: Arc<Shared>) -> Router {
@@ -391,6 +404,7 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/v1/episodes/{id}/step", post(step_route));
     native
         .nest("/openenv", super::openenv::router())
+        .nest("/openenv/k/{key}", super::openenv::router())
         .merge(super::ors::router())
         .fallback(|request: Request| async move {
             HttpError::new(

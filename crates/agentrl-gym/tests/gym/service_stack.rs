@@ -203,17 +203,17 @@ fn workspaces() -> std::collections::BTreeSet<String> {
 fn the_protocol_layers_answer_on_the_same_port() {
     let server = server(HttpLimits::default());
     let url = server.url();
-    let health: serde_json::Value = ureq::get(&format!("{url}/openenv/health"))
-        .call()
-        .unwrap()
-        .into_json()
-        .unwrap();
+    let get = |path: &str| -> serde_json::Value {
+        let text = ureq::get(&format!("{url}{path}"))
+            .call()
+            .unwrap()
+            .into_string()
+            .unwrap();
+        serde_json::from_str(&text).unwrap()
+    };
+    let health = get("/openenv/health");
     assert_eq!(health, json!({"status": "healthy"}));
-    let splits: serde_json::Value = ureq::get(&format!("{url}/splits"))
-        .call()
-        .unwrap()
-        .into_json()
-        .unwrap();
+    let splits = get("/splits");
     assert_eq!(splits[1], json!({"name": "heldout", "type": "validation"}));
     let (status, answer) = post_json(
         &format!("{url}/openenv/reset"),
@@ -241,4 +241,40 @@ fn the_protocol_layers_answer_on_the_same_port() {
             .contains("task"),
         "{answer}"
     );
+}
+
+#[test]
+fn a_key_is_taken_as_bearer_as_x_api_key_or_in_openenvs_capability_prefix() {
+    let (tasks, executor) = shared();
+    let options = GymServeOptions {
+        access: agentrl_gym::service::AccessRule::for_bind("127.0.0.1", Some("sesame".into()))
+            .unwrap(),
+        ..GymServeOptions::default()
+    };
+    let server = GymServer::start(tasks, executor, options, "127.0.0.1:0").unwrap();
+    let url = server.url();
+    let status = |path: &str, header: Option<(&str, &str)>| {
+        let mut request = ureq::get(&format!("{url}{path}"));
+        if let Some((name, value)) = header {
+            request = request.set(name, value);
+        }
+        match request.call() {
+            Ok(r) => r.status(),
+            Err(ureq::Error::Status(status, _)) => status,
+            Err(e) => panic!("{path}: {e}"),
+        }
+    };
+    assert_eq!(status("/splits", None), 401);
+    assert_eq!(status("/splits", Some(("X-API-Key", "sesame"))), 200);
+    assert_eq!(status("/splits", Some(("X-API-Key", "sesam"))), 401);
+    assert_eq!(
+        status("/openenv/health", Some(("Authorization", "Bearer sesame"))),
+        200
+    );
+    assert_eq!(status("/openenv/health", None), 401);
+    assert_eq!(status("/openenv/k/sesame/health", None), 200);
+    assert_eq!(status("/openenv/k/sesame/schema", None), 200);
+    assert_eq!(status("/openenv/k/wrong/health", None), 401);
+    // The prefix opens OpenEnv's routes only.
+    assert_eq!(status("/openenv/k/sesame/../../v1/load", None), 401);
 }
