@@ -263,6 +263,9 @@ enum OpenEnvAction {
 
 fn parse_action(data: &Value) -> Result<OpenEnvAction, HttpError> {
     let kind = data.get("type").and_then(Value::as_str);
+    // `type` defaults to `call_tool`, as in OpenEnv's `CallToolAction` (a model writing to
+    // that schema may leave it out).
+    let kind = kind.or_else(|| data.get("tool_name").map(|_| "call_tool"));
     match kind {
         Some("list_tools") => Ok(OpenEnvAction::ListTools),
         Some("call_tool") => {
@@ -367,8 +370,10 @@ async fn metadata(State(shared): State<Arc<Shared>>) -> Response {
 
 fn schema() -> Value {
     json!({
+        // Titled as OpenEnv's MCP action, so frameworks that special-case it (verifiers'
+        // OpenEnvTaskset) hand a model the tool list with it.
         "action": {
-            "title": "BugFixAction",
+            "title": "CallToolAction",
             "description": "An MCP-shaped action: list the tools, or call one.",
             "oneOf": [
                 {"type": "object", "properties": {"type": {"const": "list_tools"}},
@@ -740,9 +745,13 @@ async fn on_message(shared: &Arc<Shared>, kind: &str, message: &Value, id: &str)
         }
         "step" => {
             async {
-                let episode = session_episode(shared, id)?
-                    .ok_or_else(|| HttpError::new(400, "no episode: send a reset first"))?;
-                let payload = act(shared, &episode, parse_action(&data)?).await?;
+                let action = parse_action(&data)?;
+                // The tool list needs no episode (verifiers asks for it before the reset).
+                let payload = match (action, session_episode(shared, id)?) {
+                    (OpenEnvAction::ListTools, _) => tools_payload(),
+                    (action, Some(episode)) => act(shared, &episode, action).await?,
+                    (_, None) => return Err(HttpError::new(400, "no episode: send a reset first")),
+                };
                 Ok(json!({"type": "observation", "data": payload}))
             }
             .await
