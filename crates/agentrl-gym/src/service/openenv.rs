@@ -58,21 +58,12 @@ pub(crate) struct OpenEnvSession {
 /// episodes.
 pub(crate) fn reap(shared: &Shared) {
     let timeout = shared.options.idle_timeout;
-    let idle: Vec<Option<String>> = {
-        let mut sessions = lock(&shared.openenv);
-        let ids: Vec<String> = sessions
-            .iter()
-            .filter(|(_, s)| !s.attached && s.last_used.elapsed() > timeout)
-            .map(|(id, _)| id.clone())
-            .collect();
-        ids.into_iter()
-            .filter_map(|id| sessions.remove(&id))
-            .map(|s| s.episode)
-            .collect()
-    };
-    for episode in idle.into_iter().flatten() {
-        let _ = server::close(shared, &episode);
-    }
+    server::reap_sessions(
+        shared,
+        &shared.openenv,
+        |s| !s.attached && s.last_used.elapsed() > timeout,
+        |s| s.episode,
+    );
 }
 
 /// A new session, or `CAPACITY_REACHED` (as an [`HttpError`] 429) past `max_episodes`.

@@ -87,21 +87,12 @@ pub(crate) fn router() -> Router<Arc<Shared>> {
 /// Closes the sessions idle for longer than the idle time-out, and their episodes.
 pub(crate) fn reap(shared: &Shared) {
     let timeout = shared.options.idle_timeout;
-    let idle: Vec<Option<String>> = {
-        let mut sessions = lock(&shared.ors);
-        let ids: Vec<String> = sessions
-            .iter()
-            .filter(|(_, s)| s.last_used.elapsed() > timeout)
-            .map(|(id, _)| id.clone())
-            .collect();
-        ids.into_iter()
-            .filter_map(|id| sessions.remove(&id))
-            .map(|s| s.episode)
-            .collect()
-    };
-    for episode in idle.into_iter().flatten() {
-        let _ = server::close(shared, &episode);
-    }
+    server::reap_sessions(
+        shared,
+        &shared.ors,
+        |s| s.last_used.elapsed() > timeout,
+        |s| s.episode,
+    );
 }
 
 type Answer = Result<Response, HttpError>;

@@ -753,6 +753,31 @@ pub(crate) fn close(shared: &Shared, id: &str) -> Result<u32, HttpError> {
     Ok(slot.turn)
 }
 
+/// Removes the protocol sessions of `sessions` that `idle` picks, then closes their episodes
+/// (outside the map's lock).
+pub(crate) fn reap_sessions<S>(
+    shared: &Shared,
+    sessions: &Mutex<HashMap<String, S>>,
+    idle: impl Fn(&S) -> bool,
+    episode: impl Fn(S) -> Option<String>,
+) {
+    let episodes: Vec<String> = {
+        let mut sessions = lock(sessions);
+        let ids: Vec<String> = sessions
+            .iter()
+            .filter(|(_, s)| idle(s))
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.into_iter()
+            .filter_map(|id| sessions.remove(&id))
+            .filter_map(episode)
+            .collect()
+    };
+    for id in episodes {
+        let _ = close(shared, &id);
+    }
+}
+
 /// The reaper: every quarter of the idle time-out (within 20 ms..5 s), [`reap`].
 async fn reaper(shared: Arc<Shared>, mut stop: tokio::sync::watch::Receiver<bool>) {
     let tick =
