@@ -214,7 +214,7 @@ pub async fn serve(
             Err(e) => {
                 // EMFILE/ENFILE (descriptors), ENOBUFS/ENOMEM, ECONNABORTED: all pass. Log the
                 // first and then every thousandth, and pause so a full table is not spun on.
-                if accept_errors % 1000 == 0 {
+                if accept_errors.is_multiple_of(1000) {
                     tracing::warn!("accept failed ({e}); retrying");
                 }
                 accept_errors += 1;
