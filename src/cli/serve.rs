@@ -72,6 +72,8 @@ pub struct ServeArgs {
     /// HTTP threads parsing requests (the model runs on one thread of its own).
     #[arg(long, default_value_t = 8)]
     pub http_threads: usize,
+    #[command(flatten)]
+    pub http: agentrl_gym::cli::HttpArgs,
     /// A file holding the API key clients must send as `Authorization: Bearer KEY` (vLLM's
     /// --api-key; instead of the AGENTRL_API_KEY variable).
     #[arg(long, value_name = "FILE")]
@@ -221,6 +223,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         defaults,
         text,
         http_threads: args.http_threads,
+        http: args.http.limits()?,
         access,
         ..ServeOptions::default()
     };
@@ -243,6 +246,5 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         server.url(),
         logprobs_mode
     );
-    server.wait();
-    Ok(())
+    server.wait_for_signal()
 }

@@ -8,6 +8,8 @@
 //!   the failures and restarts are in `metrics.jsonl`.
 //! - Bound off loopback without a key, both servers refuse to start; with a key, they answer
 //!   401 to a request without it.
+//! - SIGTERM with live episodes (native, OpenEnv, ORS): `agentrl gym serve` exits within a few
+//!   seconds and leaves no workspace.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -297,4 +299,97 @@ fn a_run_resumes_over_a_gym_server_and_goes_on_as_in_process() {
     }
     let (_, load) = get(&format!("{}/v1/load", server.url), None);
     assert!(load["episodes_finished"].as_u64().unwrap() >= 128, "{load}");
+}
+
+/// SIGTERM with live episodes (native, OpenEnv's stateless reset, an ORS session): the process
+/// is gone within a few seconds, and so is every workspace (its run directory under TMPDIR).
+#[test]
+fn sigterm_with_live_episodes_exits_quickly_and_leaves_no_workspace() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agentrl"))
+        .args(["gym", "serve", "--port", "0"])
+        .env("TMPDIR", tmp.path())
+        .env_remove("AGENTRL_API_KEY")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .to_string();
+    let post = |path: &str, body: &str, sid: Option<&str>| {
+        let mut request = ureq::post(&format!("{url}{path}"));
+        if let Some(sid) = sid {
+            request = request.set("X-Session-ID", sid);
+        }
+        request
+            .send_string(body)
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+            .into_string()
+            .unwrap()
+    };
+    post("/v1/episodes", r#"{"task_id": "intdiv-000"}"#, None);
+    post("/openenv/reset", r#"{"task_id": "comparison-000"}"#, None);
+    let session = post("/create_session", "", None);
+    let sid = session
+        .lines()
+        .find_map(|l| l.strip_prefix("data: ").filter(|d| !d.is_empty()))
+        .unwrap()
+        .to_string();
+    post("/create", r#"{"split": "train", "index": 0}"#, Some(&sid));
+    let workspaces = |dir: &Path| -> usize {
+        walk(dir)
+            .iter()
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("agentrl-ws-"))
+            })
+            .count()
+    };
+    assert_eq!(
+        workspaces(tmp.path()),
+        3,
+        "three live episodes, three workspaces"
+    );
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let signalled = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            signalled.elapsed() < Duration::from_secs(10),
+            "gym serve still runs 10 s after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+    // The janitor removes the run directory once the process is gone.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !walk(tmp.path()).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(walk(tmp.path()), Vec::<PathBuf>::new(), "left behind");
+}
+
+/// Every path under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(walk(&path));
+        }
+        found.push(path);
+    }
+    found
 }

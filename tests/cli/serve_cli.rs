@@ -357,3 +357,43 @@ fn cpu_matmul_amx_serves_within_1e4_of_f32_or_is_refused() {
     // Two f32 servers agree to the bit; the first token's prefill ran on the AMX path.
     assert!(gap > 0.0, "the AMX path did not run");
 }
+
+/// The HTTP stack `agentrl serve` shares with `agentrl gym serve`: a declared body that never
+/// arrives is answered 408 within the read time-out, and SIGTERM with a connection open and a
+/// request half-sent ends the process within a few seconds, exit status 0.
+#[test]
+fn a_stalled_body_is_a_408_and_sigterm_exits_quickly() {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    model_folder(dir.path());
+    let mut served = serve(dir.path(), &["--read-timeout-s", "1"]);
+    let addr = served.url.trim_start_matches("http://").to_string();
+    let mut stalled = std::net::TcpStream::connect(&addr).unwrap();
+    stalled
+        .write_all(b"POST /v1/completions HTTP/1.1\r\nHost: s\r\nContent-Length: 500\r\n\r\n{")
+        .unwrap();
+    stalled
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let started = Instant::now();
+    let mut answer = String::new();
+    let _ = stalled.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // A second request left half-sent while the signal comes.
+    let mut open = std::net::TcpStream::connect(&addr).unwrap();
+    open.write_all(b"GET /health HTTP/1.1\r\nHost").unwrap();
+    let signalled = Instant::now();
+    let status = served.terminate(Duration::from_secs(10));
+    assert!(
+        signalled.elapsed() < Duration::from_secs(8),
+        "agentrl serve took {:?} to exit on SIGTERM",
+        signalled.elapsed()
+    );
+    assert!(status.success(), "{status}");
+}

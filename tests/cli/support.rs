@@ -15,6 +15,25 @@ pub struct Served {
     pub url: String,
 }
 
+impl Served {
+    /// Sends SIGTERM and waits at most `limit` for the process to exit (panics past it).
+    pub fn terminate(&mut self, limit: std::time::Duration) -> std::process::ExitStatus {
+        // SAFETY: a signal to our own child.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let started = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                started.elapsed() < limit,
+                "still running {limit:?} after SIGTERM"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}
+
 impl Drop for Served {
     fn drop(&mut self) {
         let _ = self.child.kill();

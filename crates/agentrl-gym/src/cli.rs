@@ -141,9 +141,12 @@ pub struct ServeArgs {
     /// Close an episode after this many seconds without a request.
     #[arg(long, default_value_t = 600.0)]
     pub idle_timeout_s: f64,
-    /// Threads taking requests (default: 4 per core, at least 16).
+    /// Threads running requests' gym work: tool calls, verdicts (default: 4 per core, at least
+    /// 16).
     #[arg(long)]
     pub http_threads: Option<usize>,
+    #[command(flatten)]
+    pub http: HttpArgs,
     /// A file holding the API key clients must send as `Authorization: Bearer KEY` (instead
     /// of the AGENTRL_API_KEY variable).
     #[arg(long, value_name = "FILE")]
@@ -152,18 +155,41 @@ pub struct ServeArgs {
     pub tasks: TasksDirArg,
 }
 
+/// The HTTP stack's flags, shared by `agentrl gym serve` and `agentrl serve`.
+#[derive(Debug, Clone, Args)]
+pub struct HttpArgs {
+    /// A request's head, then its body, must arrive within this many seconds (else the
+    /// connection is closed, or answered 408); an idle keep-alive connection is closed after it.
+    #[arg(long, default_value_t = 30.0)]
+    pub read_timeout_s: f64,
+    /// Open connections at most; past it a connection is answered 503 at once and closed.
+    #[arg(long, default_value_t = 4096)]
+    pub max_connections: usize,
+    /// On SIGTERM or SIGINT, how long requests in progress may finish before the server
+    /// closes everything (every episode, for the gym) and exits.
+    #[arg(long, default_value_t = 5.0)]
+    pub shutdown_grace_s: f64,
+}
+
+impl HttpArgs {
+    /// The limits these flags give; an error names the flag at fault.
+    pub fn limits(&self) -> anyhow::Result<crate::service::http::HttpLimits> {
+        anyhow::ensure!(
+            self.max_connections > 0,
+            "--max-connections must be at least 1"
+        );
+        Ok(crate::service::http::HttpLimits {
+            read_timeout: seconds("--read-timeout-s", self.read_timeout_s)?,
+            max_connections: self.max_connections,
+            shutdown_grace: seconds("--shutdown-grace-s", self.shutdown_grace_s)?,
+        })
+    }
+}
+
 /// Runs `agentrl gym serve` until the process is stopped.
 pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
     use crate::service::{access, AccessRule, GymServeOptions, GymServer};
-    let idle_timeout = std::time::Duration::try_from_secs_f64(args.idle_timeout_s)
-        .ok()
-        .filter(|d| !d.is_zero() && d.as_secs() <= 365 * 24 * 3600)
-        .ok_or_else(|| {
-            anyhow::anyhow!(
-                "--idle-timeout-s must be > 0 and at most a year, got {}",
-                args.idle_timeout_s
-            )
-        })?;
+    let idle_timeout = seconds("--idle-timeout-s", args.idle_timeout_s)?;
     let access = AccessRule::for_bind(&args.host, access::key_from(args.api_key_file.as_deref())?)?;
     let tasks = args.tasks.load()?;
     report_broken(&tasks);
@@ -172,6 +198,7 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         max_workspace_mib: args.max_workspace_mib,
         idle_timeout,
         access,
+        http: args.http.limits()?,
         ..GymServeOptions::default()
     };
     if let Some(threads) = args.http_threads {
@@ -198,8 +225,15 @@ pub fn serve(args: &ServeArgs) -> anyhow::Result<()> {
         },
         args.max_episodes
     );
-    server.wait();
-    Ok(())
+    server.wait_for_signal()
+}
+
+/// A flag's seconds as a duration: more than 0, at most a year.
+fn seconds(flag: &str, value: f64) -> anyhow::Result<std::time::Duration> {
+    std::time::Duration::try_from_secs_f64(value)
+        .ok()
+        .filter(|d| !d.is_zero() && d.as_secs() <= 365 * 24 * 3600)
+        .ok_or_else(|| anyhow::anyhow!("{flag} must be > 0 and at most a year, got {value}"))
 }
 
 /// Runs a gym command. A closed stdout (`agentrl gym list | head`) ends it quietly.

@@ -29,27 +29,27 @@
 //! ([`ServeOptions::force_temperature`]) is a fault injection for the preflight: the server
 //! samples and reports at `T` whatever the request says.
 //!
-//! **Threads.** `tiny_http` (a small synchronous HTTP/1.1 server, no async runtime: the only
-//! job here is to turn a few routes into calls on one model) hands requests to a few HTTP
-//! threads that parse and validate them; the model itself lives on one model thread that owns
-//! the [`ServedModel`] and takes work from a channel. Generate calls that arrive together with
+//! **Threads.** The HTTP stack of `agentrl gym serve` (`agentrl_gym::service::http`: axum on
+//! hyper on tokio, with read and idle time-outs, a connection bound, no panic when descriptors
+//! run out, and a graceful SIGTERM) reads each request; its parsing and validation run on the
+//! runtime's blocking pool (`http_threads` wide); the model itself lives on one model thread
+//! that owns the [`ServedModel`] and takes work from a channel. Generate calls that arrive together with
 //! the same adapter and parameters are batched into one engine call (each row keeps its own
 //! seed, so batching never changes a sample), and a weight load queued behind them runs after
 //! them: no request is sampled while weights change.
 //!
-//! A limitation of tiny_http: after [`Server::shutdown`] the port refuses new connections, but
-//! a client's kept-alive connection gets no answer (the client times out). A stopped process
-//! closes everything.
+//! On [`Server::shutdown`] (SIGTERM or SIGINT for `agentrl serve`) the server stops accepting,
+//! lets requests in progress finish for the grace time, then stops the model thread.
 
 mod local;
 mod routes;
 
 use std::ops::Range;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
-use std::time::Duration;
+
+use agentrl_gym::service::http::{HttpLimits, Running};
 
 use anyhow::Context;
 use serde_json::Value;
@@ -188,8 +188,10 @@ pub struct ServeOptions {
     /// Filled into requests that omit a parameter.
     pub defaults: GenerationDefaults,
     pub text: Option<Arc<dyn TextCodec>>,
-    /// HTTP threads parsing requests (the model runs on its own thread).
+    /// Threads parsing requests (the model runs on its own thread).
     pub http_threads: usize,
+    /// Time-outs and the connection bound of the HTTP stack.
+    pub http: HttpLimits,
     /// Reported by `GET /version`.
     pub version: String,
     /// Most alternatives per token a request may ask for (vLLM's `--max-logprobs`).
@@ -207,6 +209,7 @@ impl Default for ServeOptions {
             defaults: GenerationDefaults::default(),
             text: None,
             http_threads: 8,
+            http: HttpLimits::default(),
             version: format!("agentrl-serve {}", env!("CARGO_PKG_VERSION")),
             max_logprobs: 20,
             access: agentrl_gym::service::AccessRule::open(),
@@ -294,8 +297,7 @@ pub(crate) struct ModelFacts {
 /// A running server; [`Server::shutdown`] (or drop) stops it.
 pub struct Server {
     addr: std::net::SocketAddr,
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
+    http: Option<Running>,
     work: Option<mpsc::Sender<Work>>,
     model_thread: Option<JoinHandle<()>>,
 }
@@ -310,12 +312,13 @@ impl Server {
         format!("http://{}", self.addr)
     }
 
-    /// Blocks until the server stops (it does not stop by itself: this is `agentrl serve`'s
-    /// main loop).
-    pub fn wait(mut self) {
-        for thread in self.threads.drain(..) {
-            let _ = thread.join();
+    /// Blocks until SIGTERM or SIGINT, then shuts down (this is `agentrl serve`'s main loop).
+    pub fn wait_for_signal(mut self) -> anyhow::Result<()> {
+        if let Some(http) = &self.http {
+            http.wait_for_signal()?;
         }
+        self.stop_threads();
+        Ok(())
     }
 
     /// Stops accepting requests and joins every thread.
@@ -324,9 +327,8 @@ impl Server {
     }
 
     fn stop_threads(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        for thread in self.threads.drain(..) {
-            let _ = thread.join();
+        if let Some(http) = self.http.take() {
+            http.shutdown();
         }
         self.work = None;
         if let Some(thread) = self.model_thread.take() {
@@ -353,13 +355,6 @@ pub fn start<M: ServedModel>(
             "--force-temperature must be >= 0, got {t}"
         );
     }
-    let http =
-        tiny_http::Server::http(addr).map_err(|e| anyhow::anyhow!("serve: binding {addr}: {e}"))?;
-    let bound = http
-        .server_addr()
-        .to_ip()
-        .ok_or_else(|| anyhow::anyhow!("serve: {addr} is not an IP address"))?;
-    let http = Arc::new(http);
     let facts = Arc::new(ModelFacts {
         name: model.name().to_string(),
         path: model.model_path(),
@@ -373,38 +368,27 @@ pub fn start<M: ServedModel>(
         .name("serve-model".into())
         .spawn(move || model_loop(model, &model_options, work_rx))
         .context("serve: starting the model thread")?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let seed = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let ids = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let mut threads = Vec::new();
-    for i in 0..options.http_threads.max(1) {
-        let http = Arc::clone(&http);
-        let stop = Arc::clone(&stop);
-        let ctx = routes::Context {
-            facts: Arc::clone(&facts),
-            options: Arc::clone(&options),
-            work: work_tx.clone(),
-            seed: Arc::clone(&seed),
-            ids: Arc::clone(&ids),
-        };
-        let thread = std::thread::Builder::new()
-            .name(format!("serve-http-{i}"))
-            .spawn(move || {
-                while !stop.load(Ordering::SeqCst) {
-                    match http.recv_timeout(Duration::from_millis(50)) {
-                        Ok(Some(request)) => routes::handle(&ctx, request),
-                        Ok(None) => {}
-                        Err(_) => break,
-                    }
-                }
-            })
-            .context("serve: starting an HTTP thread")?;
-        threads.push(thread);
-    }
+    let ctx = Arc::new(routes::Context {
+        facts: Arc::clone(&facts),
+        options: Arc::clone(&options),
+        work: work_tx.clone(),
+        seed: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+        ids: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+    });
+    let app = axum::Router::new()
+        .fallback(move |request: axum::extract::Request| routes::handle(Arc::clone(&ctx), request));
+    let http = Running::start(
+        "serve",
+        addr,
+        app,
+        options.http.clone(),
+        options.http_threads.max(1),
+        |_stop| async {},
+    )
+    .context("serve")?;
     Ok(Server {
-        addr: bound,
-        stop,
-        threads,
+        addr: http.addr(),
+        http: Some(http),
         work: Some(work_tx),
         model_thread: Some(model_thread),
     })

@@ -6,7 +6,6 @@
 //! silently different sample.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
@@ -24,7 +23,7 @@ use crate::remote::wire::{
 use crate::{FinishReason, GenerateParams, GenerateRequest, SamplingParams};
 
 /// Largest request body read (a long token-id prompt is a few hundred kilobytes).
-const MAX_BODY: u64 = 64 << 20;
+const MAX_BODY: usize = 64 << 20;
 
 /// What every HTTP thread shares.
 pub(super) struct Context {
@@ -130,44 +129,87 @@ impl ApiError {
 
 type Answer = Result<Reply, ApiError>;
 
-pub(super) fn handle(ctx: &Context, mut request: tiny_http::Request) {
-    let method = request.method().clone();
-    let url = request.url().to_string();
-    let path = url.split('?').next().unwrap_or_default().to_string();
-    let authorization = request
-        .headers()
-        .iter()
-        .find(|h| h.field.equiv("Authorization"))
-        .map(|h| h.value.as_str().to_string());
-    let mut body = String::new();
-    let answer = if !ctx.options.access.allows(authorization.as_deref()) {
-        Err(ApiError {
-            status: 401,
-            message: "missing or wrong API key: send `Authorization: Bearer KEY`".into(),
-            param: None,
-        })
-    } else {
-        match request.as_reader().take(MAX_BODY).read_to_string(&mut body) {
-            Err(e) => Err(ApiError::bad(format!("reading the request body: {e}"))),
-            Ok(_) => route(ctx, &method, &path, &body),
+/// A request's method, as the routes match it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Verb {
+    Get,
+    Post,
+    Other(String),
+}
+
+impl std::fmt::Display for Verb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Verb::Get => f.write_str("GET"),
+            Verb::Post => f.write_str("POST"),
+            Verb::Other(m) => f.write_str(m),
         }
+    }
+}
+
+/// One request: the token rule, the body (read under the read time-out: 408 past it), then
+/// the route on the blocking pool (it may wait on the model thread).
+pub(super) async fn handle(
+    ctx: Arc<Context>,
+    request: axum::extract::Request,
+) -> axum::response::Response {
+    let method = match request.method().as_str() {
+        "GET" => Verb::Get,
+        "POST" => Verb::Post,
+        other => Verb::Other(other.to_string()),
     };
+    let path = request.uri().path().to_string();
+    let answer =
+        if !agentrl_gym::service::access::allows_headers(&ctx.options.access, request.headers()) {
+            Err(ApiError {
+                status: 401,
+                message: "missing or wrong API key: send `Authorization: Bearer KEY`".into(),
+                param: None,
+            })
+        } else {
+            let read = agentrl_gym::service::http::read_body(
+                request.into_body(),
+                MAX_BODY,
+                ctx.options.http.read_timeout,
+            )
+            .await;
+            match read {
+                Err((status, message)) => Err(ApiError {
+                    status,
+                    message,
+                    param: None,
+                }),
+                Ok(bytes) => match String::from_utf8(bytes.to_vec()) {
+                    Err(e) => Err(ApiError::bad(format!("the request body is not UTF-8: {e}"))),
+                    Ok(body) => {
+                        let ctx = Arc::clone(&ctx);
+                        tokio::task::spawn_blocking(move || route(&ctx, &method, &path, &body))
+                            .await
+                            .unwrap_or_else(|e| {
+                                Err(ApiError::internal(format!("the request failed: {e}")))
+                            })
+                    }
+                },
+            }
+        };
     let reply = answer.unwrap_or_else(ApiError::reply);
-    let mut response = tiny_http::Response::from_string(reply.body).with_status_code(reply.status);
     let content_type = if reply.json {
         "application/json"
     } else {
         "text/plain; charset=utf-8"
     };
-    if let Ok(header) = tiny_http::Header::from_bytes("Content-Type", content_type) {
-        response = response.with_header(header);
-    }
-    // The client may have gone; nothing to tell it then.
-    let _ = request.respond(response);
+    let mut response = axum::response::Response::new(axum::body::Body::from(reply.body));
+    *response.status_mut() = axum::http::StatusCode::from_u16(reply.status)
+        .unwrap_or(axum::http::StatusCode::INTERNAL_SERVER_ERROR);
+    response.headers_mut().insert(
+        "content-type",
+        axum::http::HeaderValue::from_static(content_type),
+    );
+    response
 }
 
-fn route(ctx: &Context, method: &tiny_http::Method, path: &str, body: &str) -> Answer {
-    use tiny_http::Method::{Get, Post};
+fn route(ctx: &Context, method: &Verb, path: &str, body: &str) -> Answer {
+    use Verb::{Get, Post};
     match (method, path) {
         (Get, "/health") => Ok(Reply::text("")),
         (Get, "/version") => Ok(Reply::json(&json!({ "version": ctx.options.version }))),

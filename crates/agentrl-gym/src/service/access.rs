@@ -64,6 +64,20 @@ impl AccessRule {
     }
 }
 
+/// Whether a request with these headers may go on: `Authorization: Bearer KEY`, or the Open
+/// Reward Standard's `X-API-Key: KEY` (its clients send that one).
+#[cfg(feature = "service")]
+pub fn allows_headers(rule: &AccessRule, headers: &axum::http::HeaderMap) -> bool {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if rule.allows(header("authorization")) {
+        return true;
+    }
+    match header("x-api-key") {
+        Some(key) => rule.allows(Some(&format!("Bearer {}", key.trim()))),
+        None => false,
+    }
+}
+
 /// The key from `--api-key-file FILE` (trailing newline dropped) or else [`API_KEY_ENV`].
 pub fn key_from(file: Option<&std::path::Path>) -> anyhow::Result<Option<String>> {
     if let Some(file) = file {

@@ -206,10 +206,10 @@ impl GymFleet {
         let agent = ureq::AgentBuilder::new()
             .timeout_connect(Duration::from_secs(5).min(timeout))
             .timeout(timeout)
-            // One connection per request: tiny_http serves each open connection on a thread of
-            // a pool that can miss a wake-up, so a connection kept alive in a client's pool can
-            // leave a new one queued until a time-out (seen: every start of a fresh server's
-            // first step lost for 20 s). A handshake costs microseconds next to a tool call.
+            // One connection per request: a pooled connection that the server closed when its
+            // read time-out passed would fail the next POST, which ureq does not retry (and
+            // the episode would be restarted elsewhere for nothing). A handshake costs
+            // microseconds next to a tool call.
             .max_idle_connections(0)
             .build();
         let fleet = Self {

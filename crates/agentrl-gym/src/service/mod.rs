@@ -9,11 +9,19 @@
 
 pub mod access;
 pub mod client;
+#[cfg(feature = "service")]
+pub mod http;
+#[cfg(feature = "service")]
+pub mod openenv;
+#[cfg(feature = "service")]
+pub mod ors;
+#[cfg(feature = "service")]
 pub mod server;
 pub mod wire;
 
 pub use access::AccessRule;
 pub use client::{FleetConfig, GymFleet, RemoteCounts, RemoteEnv, RemoteGymError};
+#[cfg(feature = "service")]
 pub use server::{GymServeOptions, GymServer};
 
 use crate::env::{BugFixEnv, GymError};

@@ -1,38 +1,44 @@
 //! `agentrl gym serve`'s server: the gym (tasks, tools, sandbox, verifier, tamper check) over
-//! HTTP/JSON, so episodes run on machines other than the trainer's.
+//! HTTP/JSON, so episodes run on machines other than the trainer's, in three protocols on one
+//! port: the native one (`/v1/…`, [`super::wire`]), OpenEnv (`/openenv/…`, [`super::openenv`])
+//! and the Open Reward Standard (ORS, at the root, [`super::ors`]).
 //!
 //! Where it sits: a [`GymServer`] holds one task set, one sandbox executor and one outcome
 //! cache, like a trainer's in-process gym, and an episode table: each started episode is a
-//! [`BugFixEnv`] of its own, stepped by whichever HTTP thread takes its request (one request at
-//! a time per episode; different episodes in parallel). Routes and bodies are in
-//! [`super::wire`] and `docs/GYM_SERVICE.md`.
+//! [`BugFixEnv`] of its own, stepped on a blocking thread of the server's runtime (one request
+//! at a time per episode; different episodes in parallel). All three protocols start, step and
+//! close episodes through the functions of this module ([`start`], [`step`], [`close`]), so
+//! they share the bounds, the reaper and the verdicts. Routes and bodies are in
+//! `docs/GYM_SERVICE.md`; the HTTP stack (time-outs, connection bound, SIGTERM) is
+//! [`super::http`].
 //!
 //! Bounds: at most `max_episodes` live (started, not finished) episodes, and at most
 //! `max_workspace_mib` of workspace quota across them (each live episode's workspace is a tmpfs
 //! of its task's `limits.disk_mib`, see `sandbox/scratch.rs`, so this bounds the memory that
 //! candidates' files can take): past either a start is a 429 with `Retry-After`, never a queue
-//! that grows without end. An episode with no request
-//! for `idle_timeout` is closed by a reaper thread (its workspace deleted), finished or not.
-//! A finished episode keeps only its last answer (for a repeated request) until it is closed.
-//! Every bad request is a 4xx whose message names the field or id at fault; a failure of the
-//! gym itself (a sandbox that cannot start) is a 500. Nothing a request sends can panic a
-//! thread: bodies are parsed into the protocol's types and every lookup is checked.
-//!
-//! `tiny_http` (the synchronous HTTP/1.1 server `agentrl serve` uses): a verdict is CPU work in
-//! sandboxed child processes, so blocking threads are the natural shape, and the workspace has
-//! no async runtime.
+//! that grows without end. An episode with no request for `idle_timeout` is closed by a reaper
+//! task (its workspace deleted), finished or not. A finished episode keeps only its last answer
+//! (for a repeated request) until it is closed. Every bad request is a 4xx whose message names
+//! the field or id at fault; a failure of the gym itself (a sandbox that cannot start) is a
+//! 500. Nothing a request sends can panic a thread: bodies are parsed into the protocol's types
+//! and every lookup is checked.
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use axum::body::Body;
+use axum::extract::{Path, RawQuery, Request, State};
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
 use serde::Serialize;
 
 use super::access::AccessRule;
+use super::http::{self, HttpLimits};
 use super::wire::{
     EpisodeState, ErrorBody, ErrorDetail, Health, Load, StartRequest, StartResponse, StepRequest,
     StepResponse, TaskInfo, TaskList, PROTOCOL_VERSION,
@@ -40,10 +46,10 @@ use super::wire::{
 use crate::env::{BugFixEnv, EnvConfig, GymError, OutcomeCache};
 use crate::sandbox::Executor;
 use crate::task::{Split, TaskError, TaskSet};
-use crate::types::Env;
+use crate::types::{Env, Observation};
 
 /// Largest request body read: an `edit` rewriting a whole module fits many times over.
-const MAX_BODY: u64 = 16 << 20;
+pub(crate) const MAX_BODY: usize = 16 << 20;
 
 /// How a gym server behaves.
 #[derive(Debug, Clone)]
@@ -56,8 +62,11 @@ pub struct GymServeOptions {
     /// Each live episode counts its task's `limits.disk_mib` (64 by default), whether or not it
     /// has written anything: that is what its candidates could take.
     pub max_workspace_mib: u64,
-    /// Threads taking requests (each runs its episode's tool calls, verdicts included).
+    /// Threads running requests' gym work (tool calls, verdicts included): the runtime's
+    /// blocking pool. Requests past it wait for a thread (each holds only its connection).
     pub http_threads: usize,
+    /// The HTTP stack's time-outs and connection bound ([`HttpLimits`]).
+    pub http: HttpLimits,
     /// The token rule ([`AccessRule`]).
     pub access: AccessRule,
     /// Episode settings a start request does not override (turn limit, reward, sandbox limits).
@@ -73,6 +82,7 @@ impl Default for GymServeOptions {
             max_workspace_mib: 256 * 64,
             idle_timeout: Duration::from_secs(600),
             http_threads: (4 * cores).max(16),
+            http: HttpLimits::default(),
             access: AccessRule::open(),
             env: EnvConfig::default(),
         }
@@ -90,6 +100,10 @@ struct Slot {
     /// Its workspace quota in MiB, counted in [`Table::workspace_mib`] while it is live.
     workspace_mib: u64,
     reward: Option<crate::types::Reward>,
+    /// The observation `reset` gave (the ORS prompt is its text).
+    first: Observation,
+    /// The turn limit the episode runs under.
+    max_turns: u32,
     /// The last step's action and answer, for a repeated request.
     last: Option<(crate::types::Action, StepResponse)>,
     last_used: Instant,
@@ -120,26 +134,31 @@ struct Counters {
     refused_full: AtomicU64,
 }
 
-/// What every HTTP thread shares.
-struct Shared {
-    tasks: Arc<TaskSet>,
+/// What every request shares.
+pub(crate) struct Shared {
+    pub(crate) tasks: Arc<TaskSet>,
     executor: Arc<dyn Executor>,
     cache: Arc<OutcomeCache>,
-    options: GymServeOptions,
+    pub(crate) options: GymServeOptions,
     table: Mutex<Table>,
     counters: Counters,
     /// Episode ids are `ep-N-RANDOM`: the random part keeps an id from another server (or an
     /// earlier run of this one) from naming an episode here by accident.
     next_id: AtomicU64,
+    /// Set on shutdown: starts are refused (503) while live requests finish.
+    pub(crate) closing: AtomicBool,
+    /// OpenEnv sessions (WebSocket or MCP-over-HTTP): session id → its episode, bounded by
+    /// `max_episodes` as OpenEnv bounds its sessions by `max_concurrent_envs`.
+    pub(crate) openenv: Mutex<HashMap<String, super::openenv::OpenEnvSession>>,
+    /// ORS sessions: session id → its episode, see [`super::ors`].
+    pub(crate) ors: Mutex<HashMap<String, super::ors::OrsSession>>,
 }
 
 /// A running gym server; [`GymServer::shutdown`] (or drop) stops it.
 pub struct GymServer {
     addr: std::net::SocketAddr,
     shared: Arc<Shared>,
-    http: Arc<tiny_http::Server>,
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
+    server: Option<http::Running>,
 }
 
 impl GymServer {
@@ -154,13 +173,6 @@ impl GymServer {
             options.max_episodes > 0,
             "--max-episodes must be at least 1"
         );
-        let http = tiny_http::Server::http(addr)
-            .map_err(|e| anyhow::anyhow!("gym serve: binding {addr}: {e}"))?;
-        let bound = http
-            .server_addr()
-            .to_ip()
-            .ok_or_else(|| anyhow::anyhow!("gym serve: {addr} is not an IP address"))?;
-        let http = Arc::new(http);
         let shared = Arc::new(Shared {
             tasks,
             executor,
@@ -168,52 +180,26 @@ impl GymServer {
             table: Mutex::new(Table::default()),
             counters: Counters::default(),
             next_id: AtomicU64::new(1),
+            closing: AtomicBool::new(false),
+            openenv: Mutex::new(HashMap::new()),
+            ors: Mutex::new(HashMap::new()),
             options,
         });
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut threads = Vec::new();
-        for i in 0..shared.options.http_threads.max(1) {
-            let (http, stop, shared) = (http.clone(), stop.clone(), shared.clone());
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("gym-http-{i}"))
-                    .spawn(move || {
-                        while !stop.load(Ordering::SeqCst) {
-                            match http.recv_timeout(Duration::from_millis(50)) {
-                                Ok(Some(request)) => handle(&shared, request),
-                                Ok(None) => {}
-                                Err(_) => break,
-                            }
-                        }
-                    })
-                    .context("gym serve: starting an HTTP thread")?,
-            );
-        }
-        let (reaper_stop, reaper_shared) = (stop.clone(), shared.clone());
-        threads.push(
-            std::thread::Builder::new()
-                .name("gym-reaper".into())
-                .spawn(move || {
-                    let tick = (reaper_shared.options.idle_timeout / 4)
-                        .clamp(Duration::from_millis(20), Duration::from_secs(5));
-                    let mut last = Instant::now();
-                    // Short naps, so a shutdown never waits a whole tick.
-                    while !reaper_stop.load(Ordering::SeqCst) {
-                        std::thread::sleep(Duration::from_millis(20));
-                        if last.elapsed() >= tick {
-                            reap(&reaper_shared);
-                            last = Instant::now();
-                        }
-                    }
-                })
-                .context("gym serve: starting the reaper")?,
-        );
+        let app = router(shared.clone());
+        let reaper_shared = shared.clone();
+        let server = http::Running::start(
+            "gym serve",
+            addr,
+            app,
+            shared.options.http.clone(),
+            shared.options.http_threads.max(1),
+            move |stop| reaper(reaper_shared, stop),
+        )
+        .context("gym serve")?;
         Ok(Self {
-            addr: bound,
+            addr: server.addr(),
             shared,
-            http,
-            stop,
-            threads,
+            server: Some(server),
         })
     }
 
@@ -227,47 +213,64 @@ impl GymServer {
         load(&self.shared)
     }
 
-    /// Blocks until the server stops (never, unless its threads end).
-    pub fn wait(mut self) {
-        for thread in std::mem::take(&mut self.threads) {
-            let _ = thread.join();
+    /// Blocks until SIGTERM or SIGINT, then shuts down gracefully (see
+    /// [`GymServer::shutdown`]).
+    pub fn wait_for_signal(mut self) -> anyhow::Result<()> {
+        if let Some(server) = &self.server {
+            server.wait_for_signal()?;
         }
+        self.stop();
+        Ok(())
     }
 
-    /// Stops taking requests and closes every episode.
+    /// Stops taking connections, lets live requests finish (for at most the stack's grace
+    /// time), then closes every episode: their workspaces are removed.
     pub fn shutdown(mut self) {
-        self.stop_threads();
+        self.stop();
     }
 
-    fn stop_threads(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        self.http.unblock();
-        for thread in std::mem::take(&mut self.threads) {
-            let _ = thread.join();
+    fn stop(&mut self) {
+        self.shared.closing.store(true, Ordering::SeqCst);
+        if let Some(server) = self.server.take() {
+            server.shutdown();
         }
-        if let Ok(mut table) = self.shared.table.lock() {
-            table.slots.clear();
-            table.live = 0;
-            table.workspace_mib = 0;
-        }
+        close_all(&self.shared);
     }
 }
 
 impl Drop for GymServer {
     fn drop(&mut self) {
-        self.stop_threads();
+        self.stop();
+    }
+}
+
+/// Drops every episode (and with it its workspace) and every protocol session.
+fn close_all(shared: &Shared) {
+    lock(&shared.ors).clear();
+    lock(&shared.openenv).clear();
+    let slots: Vec<_> = {
+        let mut table = lock(&shared.table);
+        table.live = 0;
+        table.workspace_mib = 0;
+        table.slots.drain().map(|(_, slot)| slot).collect()
+    };
+    // An episode mid-step holds its lock until the step is done; waiting for it here (the
+    // runtime's blocking pool has already been given its grace time) means its workspace
+    // is removed before the process exits.
+    for slot in slots {
+        lock(&slot).env = None;
     }
 }
 
 /// An error answer.
 #[derive(Debug)]
-struct HttpError {
-    status: u16,
-    message: String,
+pub(crate) struct HttpError {
+    pub(crate) status: u16,
+    pub(crate) message: String,
 }
 
 impl HttpError {
-    fn new(status: u16, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: u16, message: impl Into<String>) -> Self {
         Self {
             status,
             message: message.into(),
@@ -275,7 +278,46 @@ impl HttpError {
     }
 }
 
+impl IntoResponse for HttpError {
+    fn into_response(self) -> Response {
+        let body = serde_json::to_string(&ErrorBody {
+            error: ErrorDetail {
+                message: self.message,
+                code: self.status,
+            },
+        })
+        .unwrap_or_else(|_| "{}".into());
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut response = json_response(status, body);
+        if matches!(self.status, 429 | 503) {
+            response
+                .headers_mut()
+                .insert("retry-after", HeaderValue::from_static("1"));
+        }
+        response
+    }
+}
+
+/// A JSON body with its status.
+pub(crate) fn json_response(status: StatusCode, body: String) -> Response {
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert("content-type", HeaderValue::from_static("application/json"));
+    response
+}
+
 type Answer = Result<(u16, String), HttpError>;
+
+fn answer(answer: Answer) -> Response {
+    match answer {
+        Ok((status, body)) => {
+            json_response(StatusCode::from_u16(status).unwrap_or(StatusCode::OK), body)
+        }
+        Err(e) => e.into_response(),
+    }
+}
 
 fn ok(value: &impl Serialize) -> Answer {
     with_status(200, value)
@@ -287,103 +329,158 @@ fn with_status(status: u16, value: &impl Serialize) -> Answer {
         .map_err(|e| HttpError::new(500, format!("writing the answer: {e}")))
 }
 
-fn parse<T: serde::de::DeserializeOwned>(body: &str) -> Result<T, HttpError> {
-    if body.trim().is_empty() {
+pub(crate) fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, HttpError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
         return Err(HttpError::new(
             400,
             "the request body is empty: send a JSON object",
         ));
     }
-    serde_json::from_str(body).map_err(|e| HttpError::new(400, format!("invalid JSON body: {e}")))
+    serde_json::from_slice(body).map_err(|e| HttpError::new(400, format!("invalid JSON body: {e}")))
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panicking holder leaves plain data behind (counts, maps); the server goes on.
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn handle(shared: &Shared, mut request: tiny_http::Request) {
-    let method = request.method().clone();
-    let url = request.url().to_string();
-    let authorization = request
-        .headers()
-        .iter()
-        .find(|h| h.field.equiv("Authorization"))
-        .map(|h| h.value.as_str().to_string());
-    let answer = if !shared.options.access.allows(authorization.as_deref()) {
-        Err(HttpError::new(
-            401,
-            "missing or wrong API key: send `Authorization: Bearer KEY` with the server's key",
-        ))
-    } else {
-        let mut body = String::new();
-        match request
-            .as_reader()
-            .take(MAX_BODY + 1)
-            .read_to_string(&mut body)
-        {
-            Err(e) => Err(HttpError::new(
-                400,
-                format!("reading the request body: {e}"),
-            )),
-            Ok(n) if n as u64 > MAX_BODY => Err(HttpError::new(
-                413,
-                format!("the request body is over {MAX_BODY} bytes"),
-            )),
-            Ok(_) => route(shared, &method, &url, &body),
-        }
-    };
-    let (status, body, retry_after) = match answer {
-        Ok((status, body)) => (status, body, false),
-        Err(e) => {
-            let body = serde_json::to_string(&ErrorBody {
-                error: ErrorDetail {
-                    message: e.message,
-                    code: e.status,
-                },
-            })
-            .unwrap_or_else(|_| "{}".into());
-            (e.status, body, e.status == 429)
-        }
-    };
-    let mut response = tiny_http::Response::from_string(body).with_status_code(status);
-    if let Ok(header) = tiny_http::Header::from_bytes("Content-Type", "application/json") {
-        response = response.with_header(header);
-    }
-    if retry_after {
-        if let Ok(header) = tiny_http::Header::from_bytes("Retry-After", "1") {
-            response = response.with_header(header);
-        }
-    }
-    // The client may have gone; nothing to tell it then.
-    let _ = request.respond(response);
+/// Runs gym work (a start, a step: sandboxed processes) on the runtime's blocking pool.
+pub(crate) async fn blocking<T: Send + 'static>(
+    shared: &Arc<Shared>,
+    work: impl FnOnce(&Shared) -> Result<T, HttpError> + Send + 'static,
+) -> Result<T, HttpError> {
+    let shared = shared.clone();
+    tokio::task::spawn_blocking(move || work(&shared))
+        .await
+        .unwrap_or_else(|e| Err(HttpError::new(500, format!("the gym failed: {e}"))))
 }
 
-fn route(shared: &Shared, method: &tiny_http::Method, url: &str, body: &str) -> Answer {
-    use tiny_http::Method::{Delete, Get, Post};
-    let (path, query) = url.split_once('?').unwrap_or((url, ""));
-    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
-    match (method, parts.as_slice()) {
-        (Get, ["health"]) => ok(&Health {
-            status: "ok".into(),
-            protocol: PROTOCOL_VERSION,
-            server: format!("agentrl-gym {}", env!("CARGO_PKG_VERSION")),
-        }),
-        (Get, ["v1", "load"]) => ok(&load(shared)),
-        (Get, ["v1", "tasks"]) => list_tasks(shared, query),
-        (Post, ["v1", "episodes"]) => start_episode(shared, body),
-        (Get, ["v1", "episodes", id]) => episode_state(shared, id),
-        (Post, ["v1", "episodes", id, "step"]) => step_episode(shared, id, body),
-        (Delete, ["v1", "episodes", id]) => close_episode(shared, id),
-        (_, ["health"] | ["v1", "load" | "tasks" | "episodes"])
-        | (_, ["v1", "episodes", _] | ["v1", "episodes", _, "step"]) => Err(HttpError::new(
-            405,
-            format!("{method} is not a method of {path}"),
-        )),
-        _ => Err(HttpError::new(404, format!("no route {method} {path}"))),
+/// The token rule, before any route: `Authorization: Bearer KEY`, or ORS's `X-API-Key: KEY`;
+/// under OpenEnv's capability prefix `/openenv/k/KEY/…` the key in the path (for OpenEnv tools
+/// that send no header, such as `openenv validate --url`).
+async fn check_key(
+    State(shared): State<Arc<Shared>>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let rule = &shared.options.access;
+    if rule.requires_key() {
+        let allowed = match request.uri().path().strip_prefix(OPENENV_KEYED) {
+            Some(rest) => {
+                let key = rest.split('/').next().unwrap_or("");
+                rule.allows(Some(&format!("Bearer {key}")))
+            }
+            None => super::access::allows_headers(rule, request.headers()),
+        };
+        if !allowed {
+            return HttpError::new(
+                401,
+                "missing or wrong API key: send `Authorization: Bearer KEY` (or `X-API-Key: \
+                 KEY`) with the server's key, or for OpenEnv use the prefix /openenv/k/KEY",
+            )
+            .into_response();
+        }
     }
+    next.run(request).await
+}
+
+/// OpenEnv's routes with the key in the path: `/openenv/k/KEY/health`, `…/ws`.
+const OPENENV_KEYED: &str = "/openenv/k/";
+
+/// Every route of the three protocols.
+fn router(shared: Arc<Shared>) -> Router {
+    use axum::routing::post;
+    let native = Router::new()
+        .route("/health", get(health))
+        .route(
+            "/v1/load",
+            get(|State(s): State<Arc<Shared>>| async move { answer(ok(&load(&s))) }),
+        )
+        .route("/v1/tasks", get(tasks_route))
+        .route("/v1/episodes", post(start_route))
+        .route("/v1/episodes/{id}", get(state_route).delete(close_route))
+        .route("/v1/episodes/{id}/step", post(step_route));
+    native
+        .nest("/openenv", super::openenv::router())
+        .nest("/openenv/k/{key}", super::openenv::router())
+        .merge(super::ors::router())
+        .fallback(|request: Request| async move {
+            HttpError::new(
+                404,
+                format!("no route {} {}", request.method(), request.uri().path()),
+            )
+        })
+        .method_not_allowed_fallback(|request: Request| async move {
+            HttpError::new(
+                405,
+                format!(
+                    "{} is not a method of {}",
+                    request.method(),
+                    request.uri().path()
+                ),
+            )
+        })
+        .layer(axum::middleware::from_fn_with_state(
+            shared.clone(),
+            check_key,
+        ))
+        .with_state(shared)
+}
+
+async fn health() -> Response {
+    answer(ok(&Health {
+        status: "ok".into(),
+        protocol: PROTOCOL_VERSION,
+        server: format!("agentrl-gym {}", env!("CARGO_PKG_VERSION")),
+    }))
+}
+
+async fn tasks_route(State(shared): State<Arc<Shared>>, RawQuery(query): RawQuery) -> Response {
+    answer(list_tasks(&shared, query.as_deref().unwrap_or("")))
+}
+
+/// The request body, read within the read time-out (408 past it) and at most [`MAX_BODY`]
+/// bytes (413 past it).
+pub(crate) async fn body(shared: &Shared, body: Body) -> Result<axum::body::Bytes, HttpError> {
+    http::read_body(body, MAX_BODY, shared.options.http.read_timeout)
+        .await
+        .map_err(|(status, message)| HttpError::new(status, message))
+}
+
+async fn start_route(State(shared): State<Arc<Shared>>, request: Body) -> Response {
+    let result = async {
+        let bytes = body(&shared, request).await?;
+        let request: StartRequest = parse(&bytes)?;
+        blocking(&shared, move |s| start(s, request)).await
+    }
+    .await;
+    answer(result.and_then(|r| with_status(201, &r)))
+}
+
+async fn step_route(
+    State(shared): State<Arc<Shared>>,
+    Path(id): Path<String>,
+    request: Body,
+) -> Response {
+    let result = async {
+        let bytes = body(&shared, request).await?;
+        let request: StepRequest = parse(&bytes)?;
+        blocking(&shared, move |s| step(s, &id, request)).await
+    }
+    .await;
+    answer(result.and_then(|r| ok(&r)))
+}
+
+async fn state_route(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
+    answer(episode_state(&shared, &id).and_then(|s| ok(&s)))
+}
+
+async fn close_route(State(shared): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
+    answer(close(&shared, &id).and_then(|turn| {
+        ok(&serde_json::json!({ "episode_id": id, "closed": true, "turn": turn }))
+    }))
 }
 
 fn load(shared: &Shared) -> Load {
@@ -440,8 +537,14 @@ fn list_tasks(shared: &Shared, query: &str) -> Answer {
     ok(&TaskList { tasks })
 }
 
-fn start_episode(shared: &Shared, body: &str) -> Answer {
-    let request: StartRequest = parse(body)?;
+/// Starts an episode (every protocol's reset).
+pub(crate) fn start(shared: &Shared, request: StartRequest) -> Result<StartResponse, HttpError> {
+    if shared.closing.load(Ordering::SeqCst) {
+        return Err(HttpError::new(
+            503,
+            "the server is shutting down: start the episode on another server",
+        ));
+    }
     // Unknown tasks are the client's mistake (404 with the server's suggestion), checked
     // before a slot is taken.
     let task = shared.tasks.get(&request.task_id).map_err(|e| match e {
@@ -488,6 +591,7 @@ fn start_episode(shared: &Shared, body: &str) -> Answer {
     if let Some(turns) = request.max_turns {
         config.max_turns = turns;
     }
+    let max_turns = config.max_turns;
     if let Some(reward) = &request.reward {
         config.reward = reward.clone();
     }
@@ -514,6 +618,8 @@ fn start_episode(shared: &Shared, body: &str) -> Answer {
         done: false,
         workspace_mib,
         reward: None,
+        first: observation.clone(),
+        max_turns,
         last: None,
         last_used: Instant::now(),
     };
@@ -521,19 +627,16 @@ fn start_episode(shared: &Shared, body: &str) -> Answer {
         .slots
         .insert(episode_id.clone(), Arc::new(Mutex::new(slot)));
     shared.counters.started.fetch_add(1, Ordering::Relaxed);
-    with_status(
-        201,
-        &StartResponse {
-            episode_id,
-            task_id: request.task_id,
-            seed: request.seed,
-            turn: 0,
-            observation,
-        },
-    )
+    Ok(StartResponse {
+        episode_id,
+        task_id: request.task_id,
+        seed: request.seed,
+        turn: 0,
+        observation,
+    })
 }
 
-fn gym_error(e: GymError) -> HttpError {
+pub(crate) fn gym_error(e: GymError) -> HttpError {
     HttpError::new(500, format!("the gym failed: {e}"))
 }
 
@@ -550,22 +653,39 @@ fn find(shared: &Shared, id: &str) -> Result<Arc<Mutex<Slot>>, HttpError> {
     })
 }
 
-fn episode_state(shared: &Shared, id: &str) -> Answer {
+/// An episode's state (every protocol's state).
+pub(crate) fn episode_state(shared: &Shared, id: &str) -> Result<EpisodeState, HttpError> {
+    Ok(episode_info(shared, id)?.0)
+}
+
+/// An episode's state, its first observation and its turn limit.
+pub(crate) fn episode_info(
+    shared: &Shared,
+    id: &str,
+) -> Result<(EpisodeState, Observation, u32), HttpError> {
     let slot = find(shared, id)?;
     let mut slot = lock(&slot);
     slot.last_used = Instant::now();
-    ok(&EpisodeState {
-        episode_id: id.to_string(),
-        task_id: slot.task_id.clone(),
-        seed: slot.seed,
-        turn: slot.turn,
-        done: slot.done,
-        reward: slot.reward.clone(),
-    })
+    Ok((
+        EpisodeState {
+            episode_id: id.to_string(),
+            task_id: slot.task_id.clone(),
+            seed: slot.seed,
+            turn: slot.turn,
+            done: slot.done,
+            reward: slot.reward.clone(),
+        },
+        slot.first.clone(),
+        slot.max_turns,
+    ))
 }
 
-fn step_episode(shared: &Shared, id: &str, body: &str) -> Answer {
-    let request: StepRequest = parse(body)?;
+/// Applies one action (every protocol's step).
+pub(crate) fn step(
+    shared: &Shared,
+    id: &str,
+    request: StepRequest,
+) -> Result<StepResponse, HttpError> {
     let slot = find(shared, id)?;
     let mut slot = lock(&slot);
     slot.last_used = Instant::now();
@@ -573,7 +693,7 @@ fn step_episode(shared: &Shared, id: &str, body: &str) -> Answer {
         if turn.checked_add(1) == Some(slot.turn) {
             if let Some((action, last)) = &slot.last {
                 if *action == request.action {
-                    return ok(last);
+                    return Ok(last.clone());
                 }
                 return Err(HttpError::new(
                     409,
@@ -617,10 +737,11 @@ fn step_episode(shared: &Shared, id: &str, body: &str) -> Answer {
         // Slot, then table: the order `close_episode` takes them in too.
         lock(&shared.table).release(slot.workspace_mib);
     }
-    ok(&response)
+    Ok(response)
 }
 
-fn close_episode(shared: &Shared, id: &str) -> Answer {
+/// Closes an episode, finished or not (its workspace is removed); the turns it ran.
+pub(crate) fn close(shared: &Shared, id: &str) -> Result<u32, HttpError> {
     let slot = lock(&shared.table)
         .slots
         .remove(id)
@@ -629,12 +750,53 @@ fn close_episode(shared: &Shared, id: &str) -> Answer {
     if !slot.done {
         lock(&shared.table).release(slot.workspace_mib);
     }
-    ok(&serde_json::json!({ "episode_id": id, "closed": true, "turn": slot.turn }))
+    Ok(slot.turn)
 }
 
-/// Closes every episode idle for longer than the timeout. Episodes whose lock is held are
-/// busy, hence not idle.
+/// Removes the protocol sessions of `sessions` that `idle` picks, then closes their episodes
+/// (outside the map's lock).
+pub(crate) fn reap_sessions<S>(
+    shared: &Shared,
+    sessions: &Mutex<HashMap<String, S>>,
+    idle: impl Fn(&S) -> bool,
+    episode: impl Fn(S) -> Option<String>,
+) {
+    let episodes: Vec<String> = {
+        let mut sessions = lock(sessions);
+        let ids: Vec<String> = sessions
+            .iter()
+            .filter(|(_, s)| idle(s))
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.into_iter()
+            .filter_map(|id| sessions.remove(&id))
+            .filter_map(episode)
+            .collect()
+    };
+    for id in episodes {
+        let _ = close(shared, &id);
+    }
+}
+
+/// The reaper: every quarter of the idle time-out (within 20 ms..5 s), [`reap`].
+async fn reaper(shared: Arc<Shared>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let tick =
+        (shared.options.idle_timeout / 4).clamp(Duration::from_millis(20), Duration::from_secs(5));
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(tick) => {}
+            _ = http::stopped(&mut stop) => return,
+        }
+        let shared = shared.clone();
+        let _ = tokio::task::spawn_blocking(move || reap(&shared)).await;
+    }
+}
+
+/// Closes every episode idle for longer than the timeout, and the protocol sessions that hold
+/// none. Episodes whose lock is held are busy, hence not idle.
 fn reap(shared: &Shared) {
+    super::ors::reap(shared);
+    super::openenv::reap(shared);
     let timeout = shared.options.idle_timeout;
     let mut table = lock(&shared.table);
     let mut idle = Vec::new();

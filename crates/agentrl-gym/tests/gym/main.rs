@@ -19,12 +19,19 @@ mod sandbox_syscalls;
 mod scratch_dirs;
 mod scratch_owners;
 mod seccomp_filter;
+/// The server needs the `service` feature (the async HTTP stack); the workspace build turns
+/// it on.
+#[cfg(feature = "service")]
 mod service;
+#[cfg(feature = "service")]
+mod service_stack;
+#[cfg(feature = "service")]
 mod state_crossing;
 mod trusted_checker;
 mod trusted_checks;
 mod validate_builtin;
 mod verdict_paths;
+#[cfg(feature = "service")]
 mod workspace_quota;
 
 /// The built-in tasks and one sandbox pool, made once for the whole binary (a pool starts
