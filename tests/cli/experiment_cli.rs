@@ -94,6 +94,7 @@ fn the_list_names_every_experiment() -> anyhow::Result<()> {
         "format-learning",
         "credit-assignment",
         "qwen3-format",
+        "smollm2-learning",
     ] {
         assert!(
             listed.lines().any(|l| l.starts_with(name)),
