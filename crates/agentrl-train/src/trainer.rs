@@ -607,18 +607,3 @@ fn spread<T: Clone>(items: &[T], limit: usize) -> Vec<T> {
         .map(|i| items[i * items.len() / limit].clone())
         .collect()
 }
-
-#[cfg(test)]
-mod spread_tests {
-    use super::spread;
-
-    #[test]
-    fn spread_takes_evenly_spaced_items_in_order() {
-        let items: Vec<u32> = (0..32).collect();
-        assert_eq!(spread(&items, 4), vec![0, 8, 16, 24]);
-        assert_eq!(spread(&items, 5), vec![0, 6, 12, 19, 25]);
-        assert_eq!(spread(&items, 32), items);
-        assert_eq!(spread(&items, 100), items);
-        assert!(spread(&items, 0).is_empty());
-    }
-}

@@ -675,3 +675,33 @@ fn truncated_is_reweights_the_update_under_an_injected_mismatch() -> anyhow::Res
     assert_ne!(runs[0].1, runs[1].1, "the correction changed the update");
     Ok(())
 }
+
+/// `eval.tasks_per_split` bounds a run's own evaluations to that many tasks, spread over the
+/// split's order (so over its families), the same ones each time; `evaluate` takes them all.
+#[test]
+fn a_runs_evaluations_take_eval_tasks_per_split_spread_over_the_split() -> anyhow::Result<()> {
+    let (_tmp, trainer) =
+        small_trainer(4, "subset", &["eval.tasks_per_split=2", "eval.samples=1"])?;
+    let all: Vec<String> = trainer
+        .evaluate(Split::Train, 1, 1, 1.0, 3)?
+        .per_task
+        .into_keys()
+        .collect();
+    assert_eq!(all.len(), 4);
+    let subset = trainer.evaluate_for_run(Split::Train, 3)?;
+    assert_eq!(subset.tasks, 2);
+    let again = trainer.evaluate_for_run(Split::Train, 4)?;
+    let picked: Vec<&String> = subset.per_task.keys().collect();
+    assert_eq!(picked, again.per_task.keys().collect::<Vec<_>>());
+    // Evenly spaced over the split's order: the first and the third of four.
+    let order: Vec<String> = trainer
+        .task_set()
+        .split_checked(Split::Train)?
+        .iter()
+        .map(|t| t.id.clone())
+        .collect();
+    let mut expected = vec![&order[0], &order[2]];
+    expected.sort();
+    assert_eq!(picked, expected);
+    Ok(())
+}
