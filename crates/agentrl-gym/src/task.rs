@@ -589,7 +589,10 @@ impl TaskSet {
         if source.is_dir() {
             return Ok(source);
         }
-        crate::builtin::extracted()
+        crate::builtin::extracted().map_err(|e| TaskError::Io {
+            path: e.path,
+            source: e.source,
+        })
     }
 
     /// The built-in tasks.

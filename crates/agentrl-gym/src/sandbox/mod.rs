@@ -6,6 +6,12 @@
 //! Two executors implement [`Executor`]: a fresh `python3` per job (the baseline) and a pool of
 //! warm fork-server workers (the default). The env and the verifier only see this trait.
 //!
+//! The bottom of the gym crate: the sandbox names nothing above it. The Python programs it
+//! starts live with it ([`programs`]: the worker, the trusted checker, the verdict tree, and
+//! the fork helper the worker and the verdict tree share); `harness`, `trusted` and `verify`
+//! take them from here. Inside, `host.rs` (the probed machine setup) is below `scratch.rs` (the
+//! jobs' directories), and both are below the two executors.
+//!
 //! Contract for a [`Job`]:
 //! - `program` is Python source executed as `__main__` with the workspace as working directory
 //!   and as `sys.path[0]`.
@@ -240,6 +246,7 @@ mod fresh;
 #[doc(hidden)]
 pub mod host;
 pub(crate) mod pool;
+pub mod programs;
 // Public for the integration tests (tests/gym/scratch_owners.rs).
 #[doc(hidden)]
 pub mod scratch;
@@ -260,9 +267,78 @@ pub fn default_executor() -> Result<std::sync::Arc<dyn Executor>, SandboxError> 
     Ok(std::sync::Arc::new(PoolExecutor::new(workers)?))
 }
 
+/// What the host setup provides, layer by layer, with a note per layer. Here rather than in
+/// `host.rs` because the workspace quota is the scratch directories' fact (`scratch.rs`),
+/// which sits above the host setup.
+pub(crate) fn host_info(setup: &host::HostSetup) -> SandboxInfo {
+    let mut notes = setup.notes.clone();
+    if setup.drop_uid {
+        notes.push(format!(
+            "each job runs as its own unprivileged uid ({}..{}), so RLIMIT_NPROC holds",
+            host::UID_SLOTS.base,
+            host::UID_SLOTS.base + host::UID_SLOTS.count
+        ));
+    }
+    if setup.pid_namespace {
+        notes.push(
+            "PID namespaces: a fresh job is PID 1 of its own; a pool worker is PID 1 of its own \
+             and kills everything else in it after each job, so nothing a job starts outlives it"
+                .into(),
+        );
+    }
+    if setup.landlock_abi > 0 {
+        notes.push(format!(
+            "Landlock ABI {}: read-write only in the workspace, read-only {}",
+            setup.landlock_abi,
+            setup
+                .read_only_paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if setup.socket_filter.is_some() {
+        notes.push(
+            "seccomp filter (Docker's default profile's denials and more, see seccomp.rs): no \
+             socket() but AF_INET/AF_INET6 inside the empty network namespace (none without \
+             it), socketpair only AF_UNIX stream/seqpacket, no io_uring, System V IPC, POSIX \
+             message queues, keyrings, namespaces, mounts, chroot, ptrace, perf, bpf, \
+             userfaultfd, modules or kexec"
+                .into(),
+        );
+    }
+    let workspace_quota = scratch::workspace_quota();
+    match &workspace_quota {
+        Ok(()) => notes.push(
+            "workspace quota: each workspace is a tmpfs of its own (size= and nr_inodes= from \
+             the job's limits), so writes past it get ENOSPC"
+                .into(),
+        ),
+        Err(e) => notes.push(format!(
+            "workspace quota off ({e}): only RLIMIT_FSIZE bounds each file; a job can fill \
+             the workspace's file system"
+        )),
+    }
+    SandboxInfo {
+        workspace_quota: workspace_quota.is_ok(),
+        network_namespace: !matches!(setup.network, host::NetworkIsolation::Off),
+        rlimits: true,
+        process_group_kill: true,
+        landlock: setup.landlock_abi > 0,
+        scrubbed_env: true,
+        output_caps: true,
+        privilege_drop: setup.drop_uid,
+        pid_namespace: setup.pid_namespace,
+        socket_filter: setup.socket_filter.is_some(),
+        notes,
+    }
+}
+
 /// Probes the machine and describes the active layers (for `agentrl gym sandbox-info`).
 pub fn sandbox_info() -> Result<SandboxInfo, SandboxError> {
-    Ok(host::host()?.info())
+    let setup = host::host()?;
+    Ok(host_info(&setup))
 }
 
 /// A human-readable report of [`sandbox_info`]: one line per layer, then the notes.
