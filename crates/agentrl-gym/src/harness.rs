@@ -129,7 +129,7 @@ pub struct TreeCase<'a> {
     /// value their base type holds.
     pub unwrap: bool,
     pub in_sandbox: Option<InSandbox<'a>>,
-    pub wall_s: f64,
+    pub time_limit_s: f64,
     pub cpu_s: u64,
 }
 
@@ -608,7 +608,7 @@ pub fn score_case(
                     format!(
                         "{} (the trusted check was stopped)",
                         LimitHit::Time {
-                            seconds: limits.wall_timeout.as_secs_f64()
+                            time_limit_s: limits.time_limit.as_secs_f64()
                         }
                     ),
                     true,

@@ -266,7 +266,7 @@ fn pump(
     pgid: libc::pid_t,
 ) -> Result<Pumped, SandboxError> {
     const GRACE_AFTER_EXIT: Duration = Duration::from_millis(200);
-    let mut deadline = start + limits.wall_timeout;
+    let mut deadline = start + limits.time_limit;
     let cap = limits.output_cap_bytes;
     // Past this many bytes a stream is closed: the writer gets EPIPE instead of us draining a
     // flood until the deadline.

@@ -47,7 +47,11 @@ use serde::{Deserialize, Serialize};
 /// Resource limits applied to one job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Limits {
-    pub wall_timeout: Duration,
+    /// Wall-clock time limit: a hidden case's `time_limit_s` or a task's `limits.time_s`
+    /// (`task.rs`), else 5 s. Serialised under its former name, so configs and the service's
+    /// wire stay as they were.
+    #[serde(rename = "wall_timeout")]
+    pub time_limit: Duration,
     pub cpu_seconds: u64,
     pub address_space_bytes: u64,
     pub max_processes: u64,
@@ -74,7 +78,7 @@ fn default_max_files() -> u64 {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            wall_timeout: Duration::from_secs(5),
+            time_limit: Duration::from_secs(5),
             cpu_seconds: 4,
             address_space_bytes: 512 << 20,
             max_processes: 32,
@@ -109,8 +113,12 @@ pub enum Termination {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum LimitHit {
-    /// The wall-clock or CPU limit, in seconds.
-    Time { seconds: f64 },
+    /// The wall-clock or CPU limit, in seconds (serialised as `seconds`, as recorded runs
+    /// have it).
+    Time {
+        #[serde(rename = "seconds")]
+        time_limit_s: f64,
+    },
     /// The address-space limit, in MB.
     Memory { megabytes: u64 },
     /// The workspace's size quota, in MB: writes failed with ENOSPC.
@@ -122,7 +130,7 @@ pub enum LimitHit {
 impl std::fmt::Display for LimitHit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            LimitHit::Time { seconds } => write!(f, "time limit of {seconds} s exceeded"),
+            LimitHit::Time { time_limit_s } => write!(f, "time limit of {time_limit_s} s exceeded"),
             LimitHit::Memory { megabytes } => write!(f, "memory limit of {megabytes} MB exceeded"),
             LimitHit::Disk { megabytes } => {
                 write!(
@@ -169,11 +177,11 @@ impl RunOutput {
     /// is recognised by the wall time the run took (never less than its CPU time).
     pub fn time_limit_hit(&self, limits: &Limits) -> Option<LimitHit> {
         let cpu = LimitHit::Time {
-            seconds: limits.cpu_seconds as f64,
+            time_limit_s: limits.cpu_seconds as f64,
         };
         match self.termination {
             Termination::TimedOut => Some(LimitHit::Time {
-                seconds: limits.wall_timeout.as_secs_f64(),
+                time_limit_s: limits.time_limit.as_secs_f64(),
             }),
             Termination::Signaled { signal } if signal == libc::SIGXCPU => Some(cpu),
             Termination::Signaled { signal }

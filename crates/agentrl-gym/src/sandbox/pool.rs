@@ -52,7 +52,7 @@ struct WorkerConfig<'a> {
 
 #[derive(Serialize)]
 struct WireLimits {
-    wall_timeout_s: f64,
+    time_limit_s: f64,
     cpu_seconds: u64,
     address_space_bytes: u64,
     max_processes: u64,
@@ -64,7 +64,7 @@ struct WireLimits {
 impl From<&Limits> for WireLimits {
     fn from(l: &Limits) -> Self {
         Self {
-            wall_timeout_s: l.wall_timeout.as_secs_f64(),
+            time_limit_s: l.time_limit.as_secs_f64(),
             cpu_seconds: l.cpu_seconds,
             address_space_bytes: l.address_space_bytes,
             max_processes: l.max_processes,
@@ -250,7 +250,7 @@ impl Worker {
             return Err(io("send job to worker")(error));
         }
 
-        let deadline = Instant::now() + job.limits.wall_timeout + REPLY_SLACK;
+        let deadline = Instant::now() + job.limits.time_limit + REPLY_SLACK;
         let mut head = [0u8; 4];
         self.read_exact_by(&mut head, deadline)?;
         let mut reply = vec![0u8; u32::from_be_bytes(head) as usize];

@@ -34,7 +34,7 @@
 #
 # Stdin: {"modules": [import names], "result_cap": bytes, "cases": [{"setup": str,
 #         "parts": [str], "unwrap": bool, "in_sandbox": null | {"skeleton": str | null,
-#         "check": str | null}, "wall_s": float, "cpu_s": int}]}
+#         "check": str | null}, "time_limit_s": float, "cpu_s": int}]}
 import sys
 
 sys.dont_write_bytecode = True
@@ -359,7 +359,7 @@ def _tree(type=type, repr=repr, str=str, len=len, dict=dict, list=list, tuple=tu
             poller.register(exited, POLLIN)
             data, seen, truncated = bytearray(), 0, False
             reading, status, timed_out = True, None, False
-            deadline = start + case["wall_s"]
+            deadline = start + case["time_limit_s"]
             while reading or status is None:
                 remaining = deadline - monotonic()
                 if remaining <= 0:

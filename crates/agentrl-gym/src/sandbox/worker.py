@@ -679,7 +679,7 @@ def _fork_job(job, stdin, config, ruleset):
     for fd in child_fds:
         os.close(fd)
     job_exit = os.pidfd_open(job_pid)
-    deadline = start + limits["wall_timeout_s"]
+    deadline = start + limits["time_limit_s"]
     poller = select.poll()
     # The fds registered with poller (to drain and close at the end).
     registered = set()
