@@ -64,16 +64,7 @@ fn groups_of(func: &'static str, rewards: &[f32], group_ids: &[usize]) -> Result
     }
     checks::len_is(func, "group_ids", group_ids, rewards.len())?;
     checks::finite(func, "rewards", rewards)?;
-    let mut order: BTreeMap<usize, usize> = BTreeMap::new();
-    let mut groups: Vec<Vec<usize>> = Vec::new();
-    for (i, &g) in group_ids.iter().enumerate() {
-        let slot = *order.entry(g).or_insert_with(|| {
-            groups.push(Vec::new());
-            groups.len() - 1
-        });
-        groups[slot].push(i);
-    }
-    Ok(groups)
+    Ok(group_members(group_ids))
 }
 
 /// Group-relative outcome advantages (ALGORITHMS.md §4 GRPO eq. 3 / §4.1.2, arXiv:2402.03300;
@@ -196,19 +187,8 @@ pub fn broadcast_to_tokens(per_sequence: &[f32], mask: &Tensor) -> Result<Tensor
     Ok(mask.broadcast_mul(&checks::column(per_sequence, mask)?)?)
 }
 
-/// Indices of each group, in order of first appearance (rewards must be finite).
-fn groups(func: &'static str, rewards: &[f32], group_ids: &[usize]) -> Result<Vec<Vec<usize>>> {
-    if rewards.is_empty() {
-        return Err(RlError::Empty {
-            func,
-            what: "`rewards` is empty: a batch needs at least one sequence".into(),
-        });
-    }
-    checks::len_is(func, "group_ids", group_ids, rewards.len())?;
-    checks::finite(func, "rewards", rewards)?;
-    Ok(group_members(group_ids))
-}
-
+/// Indices of each group, in order of first appearance (the grouping of [`groups_of`]
+/// without its checks, for callers that checked their inputs).
 pub(super) fn group_members(group_ids: &[usize]) -> Vec<Vec<usize>> {
     let mut slot: BTreeMap<usize, usize> = BTreeMap::new();
     let mut out: Vec<Vec<usize>> = Vec::new();
@@ -229,7 +209,7 @@ pub(super) fn group_members(group_ids: &[usize]) -> Vec<Vec<usize>> {
 /// gets baseline 0 (verl: NaN).
 pub fn opo_advantages(rewards: &[f32], lengths: &[f32], group_ids: &[usize]) -> Result<Vec<f32>> {
     const F: &str = "opo_advantages";
-    let gs = groups(F, rewards, group_ids)?;
+    let gs = groups_of(F, rewards, group_ids)?;
     checks::len_is(F, "lengths", lengths, rewards.len())?;
     checks::finite(F, "lengths", lengths)?;
     let mut out = vec![0.0f32; rewards.len()];
@@ -262,7 +242,7 @@ pub fn opo_advantages(rewards: &[f32], lengths: &[f32], group_ids: &[usize]) -> 
 /// mean 0. verl's `alpha` argument is overwritten by this α, so it is not a parameter here.
 pub fn gpg_advantages(rewards: &[f32], group_ids: &[usize], f_norm: f64) -> Result<Vec<f32>> {
     const F: &str = "gpg_advantages";
-    let gs = groups(F, rewards, group_ids)?;
+    let gs = groups_of(F, rewards, group_ids)?;
     if !(f_norm.is_finite() && f_norm != 0.0) {
         return Err(RlError::invalid(
             F,
@@ -342,7 +322,7 @@ pub fn grpo_passk_advantages(
     norm_by_std: bool,
 ) -> Result<Vec<f32>> {
     const F: &str = "grpo_passk_advantages";
-    let gs = groups(F, rewards, group_ids)?;
+    let gs = groups_of(F, rewards, group_ids)?;
     let mut out = vec![0.0f32; rewards.len()];
     for g in &gs {
         if g.len() < 2 {
