@@ -8,6 +8,7 @@ use anyhow::Context;
 use clap::Args;
 
 use agentrl_train::recipes::distill::run_distill_session;
+use agentrl_train::recipes::Recipe;
 
 use super::train::{run_recipe, TrainArgs};
 
@@ -35,6 +36,7 @@ pub fn distill(mut args: DistillArgs) -> anyhow::Result<()> {
     run_recipe(
         args.common,
         Some("distillation"),
+        Recipe::Distill,
         &mut |trainer, options, observer| run_distill_session(trainer, options, observer),
     )
 }

@@ -5,6 +5,7 @@
 use clap::Args;
 
 use agentrl_train::recipes::dpo::run_dpo_session;
+use agentrl_train::recipes::Recipe;
 
 use super::train::{run_recipe, TrainArgs};
 
@@ -18,6 +19,7 @@ pub fn dpo(args: DpoArgs) -> anyhow::Result<()> {
     run_recipe(
         args.common,
         Some("DPO"),
+        Recipe::Dpo,
         &mut |trainer, options, observer| run_dpo_session(trainer, options, observer),
     )
 }

@@ -5,6 +5,7 @@
 use clap::Args;
 
 use agentrl_train::recipes::rft::run_rft_session;
+use agentrl_train::recipes::Recipe;
 
 use super::train::{run_recipe, TrainArgs};
 
@@ -18,6 +19,7 @@ pub fn rft(args: RftArgs) -> anyhow::Result<()> {
     run_recipe(
         args.common,
         Some("RFT"),
+        Recipe::Rft,
         &mut |trainer, options, observer| run_rft_session(trainer, options, observer),
     )
 }

@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::Args;
 
 use agentrl_train::recipes::sft::run_sft_session;
+use agentrl_train::recipes::Recipe;
 
 use super::train::{run_recipe, TrainArgs};
 
@@ -33,6 +34,7 @@ pub fn sft(mut args: SftArgs) -> anyhow::Result<()> {
     run_recipe(
         args.common,
         Some("SFT"),
+        Recipe::Sft,
         &mut |trainer, options, observer| run_sft_session(trainer, options, observer),
     )
 }

@@ -12,6 +12,7 @@ use agentrl_monitor::LiveMonitor;
 use agentrl_train::build::{load_tasks, parse_split};
 use agentrl_train::config::load_config;
 use agentrl_train::recipes::rl::run_rl_session_observed;
+use agentrl_train::recipes::Recipe;
 use agentrl_train::session::{
     summary_table, Progress, SessionOptions, SessionOutcome, StepObserver,
 };
@@ -75,7 +76,7 @@ pub struct EvalArgs {
 }
 
 pub fn train(args: TrainArgs) -> anyhow::Result<()> {
-    run_recipe(args, None, &mut |trainer, options, observer| {
+    run_recipe(args, None, Recipe::Rl, &mut |trainer, options, observer| {
         run_rl_session_observed(trainer, options, observer)
     })
 }
@@ -86,12 +87,15 @@ pub type RecipeSession<'a> =
 
 /// What `train` and `sft` share: the config (or the resumed run), `--init`, the header, the
 /// live monitor, the session of the recipe (`session`), the dashboard and the report.
-/// `method` names the recipe in the header (`None`: the run's RL algorithm).
+/// `method` names the recipe in the header (`None`: the run's RL algorithm); `recipe` says
+/// which config keys it reads, so that a `--set` it would ignore is refused.
 pub fn run_recipe(
     mut args: TrainArgs,
     method: Option<&str>,
+    recipe: Recipe,
     session: RecipeSession<'_>,
 ) -> anyhow::Result<()> {
+    recipe.refuse_unread_overrides(&args.set)?;
     if let Some(dir) = &args.model {
         let dir = dir
             .to_str()

@@ -9,6 +9,7 @@ mod examples;
 mod experiment_cli;
 mod gym_cli;
 mod gym_service;
+mod import_graph;
 mod monitor_runs;
 mod plan_cli;
 mod post_training_cli;

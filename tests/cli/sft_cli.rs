@@ -106,3 +106,45 @@ fn sft_writes_a_run_that_train_init_starts_from() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing.jsonl"));
 }
+
+/// A learning-rate key the command does not read is refused, naming the one it reads:
+/// `agentrl sft --set optim.lr=…` used to be accepted and change nothing.
+#[test]
+fn a_learning_rate_the_command_does_not_read_is_refused() {
+    for (command, set, applies) in [
+        ("sft", "optim.lr=1e-3", "sft.lr"),
+        ("rft", "optim.warmup_steps=2", "sft.lr"),
+        ("dpo", "optim.lr=1e-3", "dpo.lr"),
+        ("train", "dpo.lr=1e-3", "optim.lr"),
+    ] {
+        let out = run(&[
+            command.to_string(),
+            "--set".into(),
+            set.into(),
+            "--print-config".into(),
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let key = set.split('=').next().unwrap();
+        assert!(
+            !out.status.success(),
+            "agentrl {command} --set {set}: {stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("does not read `{key}`"))
+                && stderr.contains(&format!("--set {applies}=")),
+            "agentrl {command} --set {set}: {stderr}"
+        );
+    }
+    // The key that applies is accepted.
+    let out = run(&[
+        "sft".into(),
+        "--set".into(),
+        "sft.lr=1e-3".into(),
+        "--print-config".into(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

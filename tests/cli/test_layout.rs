@@ -8,8 +8,8 @@ fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
 }
 
-/// Every `.rs` file under `dir`.
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
+/// Every `.rs` file under `dir` (the import-graph scan reads them too).
+pub(crate) fn rust_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(dir) = stack.pop() {

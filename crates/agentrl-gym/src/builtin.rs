@@ -11,7 +11,16 @@ use std::path::{Path, PathBuf};
 
 use include_dir::{include_dir, Dir};
 
-use crate::task::TaskError;
+/// A path the extraction could not create or write, and why. The task loader reports it as
+/// its own I/O error on the same path; this module knows nothing of tasks, so that the task
+/// loader can stand on it.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read {path}: {source}")]
+pub struct ExtractError {
+    pub path: PathBuf,
+    #[source]
+    pub source: std::io::Error,
+}
 
 static BUILTIN: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/tasks/builtin");
 
@@ -54,22 +63,22 @@ fn cache_root() -> PathBuf {
     std::env::temp_dir().join("agentrl")
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TaskError + '_ {
-    move |source| TaskError::Io {
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ExtractError + '_ {
+    move |source| ExtractError {
         path: path.to_path_buf(),
         source,
     }
 }
 
 /// The folder holding the embedded tasks, written out on first use.
-pub(crate) fn extracted() -> Result<PathBuf, TaskError> {
+pub(crate) fn extracted() -> Result<PathBuf, ExtractError> {
     extract_into(&cache_root())
 }
 
 /// The embedded tasks under `root`, written out unless this build's copy is already there.
 // Public for the integration tests (tests/gym/builtin_extraction.rs).
 #[doc(hidden)]
-pub fn extract_into(root: &Path) -> Result<PathBuf, TaskError> {
+pub fn extract_into(root: &Path) -> Result<PathBuf, ExtractError> {
     let root = root.to_path_buf();
     let target = root.join(format!("tasks-builtin-{:016x}", digest()));
     if target.is_dir() {
@@ -93,7 +102,7 @@ pub fn extract_into(root: &Path) -> Result<PathBuf, TaskError> {
     }
 }
 
-fn write_tree(dir: &Dir<'_>, root: &Path) -> Result<(), TaskError> {
+fn write_tree(dir: &Dir<'_>, root: &Path) -> Result<(), ExtractError> {
     for file in dir.files() {
         let path = root.join(file.path());
         if let Some(parent) = path.parent() {

@@ -103,11 +103,9 @@ else:
     _emit({"done": True})
 "#;
 
-/// Runs every hidden case of one verdict as a warm job tree (see `verdict_tree.py`): the
-/// modules are imported once, each case runs in a process forked from that interpreter, with
-/// its own limits, namespace, pristine builtins and result pipe, and the workspace put back
-/// between cases. Stdin: [`tree_stdin`].
-pub const VERDICT_TREE_PROGRAM: &str = include_str!("verdict_tree.py");
+// The verdict tree is embedded with the sandbox that starts it; named here too, where its
+// stdin and its output are made and read.
+pub use crate::sandbox::programs::VERDICT_TREE_PROGRAM;
 
 /// Hidden-case results up to this many bytes are compared in full; a larger one fails the case
 /// with a message saying so (never a silent cut).
@@ -131,7 +129,7 @@ pub struct TreeCase<'a> {
     /// value their base type holds.
     pub unwrap: bool,
     pub in_sandbox: Option<InSandbox<'a>>,
-    pub wall_s: f64,
+    pub time_limit_s: f64,
     pub cpu_s: u64,
 }
 
@@ -610,7 +608,7 @@ pub fn score_case(
                     format!(
                         "{} (the trusted check was stopped)",
                         LimitHit::Time {
-                            seconds: limits.wall_timeout.as_secs_f64()
+                            time_limit_s: limits.time_limit.as_secs_f64()
                         }
                     ),
                     true,

@@ -6,7 +6,7 @@
 //! harness and turns the outcome into a [`types::Reward`].
 //!
 //! Module map, in data-flow order: [`task`] (task folders, splits; format in `TASKS.md`) →
-//! [`env`] (`BugFixEnv`: workspaces and tools, outcome cache) → [`harness`] (the Python programs
+//! [`mod@env`] (`BugFixEnv`: workspaces and tools, outcome cache) → [`harness`] (the Python programs
 //! run in the [`sandbox`], and trusted parsing of their results) → [`verify`] (hidden tests as
 //! one warm job tree per verdict, a forked process per hidden case; re-runs of time-limited
 //! cases; tamper check) → [`trusted`] (the checker process: a case's check split from its calls
@@ -18,6 +18,11 @@
 //! measures a random policy. [`service`] puts the gym behind HTTP (`agentrl gym serve`) and
 //! gives the trainer a client over a fleet of such servers. With the `cli` feature, `cli` is `agentrl gym …` and
 //! `bench` is `agentrl bench gym` (the library itself takes no flags and needs no clap).
+//!
+//! Underneath all of them, the [`sandbox`] runs Python jobs and names no module above it: the
+//! programs it starts (the worker, the trusted checker, the verdict tree, one fork helper the
+//! worker and the tree share) live in it, and `harness`, `trusted` and `verify` take them from
+//! there. [`task`] stands on `builtin` (the embedded tasks), never the other way round.
 //!
 //! This crate sits at the start of the data flow (`TaskSet → Env::reset → Observation →
 //! ToolCall → Env::step → Reward`) and has no tensor stack: it builds and tests on its own.

@@ -263,7 +263,7 @@ impl TaskLimits {
     pub fn apply(&self, base: &Limits) -> Limits {
         let mut limits = base.clone();
         if let Some(t) = self.time_s {
-            limits.wall_timeout = std::time::Duration::from_secs_f64(t);
+            limits.time_limit = std::time::Duration::from_secs_f64(t);
             limits.cpu_seconds = t.ceil() as u64;
         }
         if let Some(c) = self.cpu_s {
@@ -397,7 +397,7 @@ impl Task {
     pub fn case_limits(&self, case: &HiddenCase, base: &Limits) -> Limits {
         let mut limits = self.run_limits(base);
         if let Some(t) = case.time_limit_s {
-            limits.wall_timeout = std::time::Duration::from_secs_f64(t);
+            limits.time_limit = std::time::Duration::from_secs_f64(t);
             limits.cpu_seconds = limits.cpu_seconds.max(t.ceil() as u64);
         }
         limits
@@ -589,7 +589,10 @@ impl TaskSet {
         if source.is_dir() {
             return Ok(source);
         }
-        crate::builtin::extracted()
+        crate::builtin::extracted().map_err(|e| TaskError::Io {
+            path: e.path,
+            source: e.source,
+        })
     }
 
     /// The built-in tasks.

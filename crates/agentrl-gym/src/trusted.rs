@@ -27,9 +27,6 @@ use crate::sandbox::host::{self, HostSetup};
 use crate::sandbox::pool::{Entry, Worker};
 use crate::sandbox::SandboxError;
 
-/// The Python half (appended to the sandbox's worker.py, whose helpers it uses).
-pub(crate) const CHECKER_PY: &str = include_str!("checker.py");
-
 /// The checker's own memory limit.
 const CHECKER_MEMORY_BYTES: u64 = 1 << 30;
 

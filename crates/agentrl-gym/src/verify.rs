@@ -253,7 +253,7 @@ impl<'a> Cases<'a> {
                         skeleton: split.skeleton.as_deref(),
                         check: case.check.as_deref(),
                     }),
-                    wall_s: self.limits[i].wall_timeout.as_secs_f64(),
+                    time_limit_s: self.limits[i].time_limit.as_secs_f64(),
                     cpu_s: self.limits[i].cpu_seconds,
                 }
             })
@@ -262,7 +262,7 @@ impl<'a> Cases<'a> {
         // the import (what each case process used to spend on it).
         let mut tree_limits = base.clone();
         for &i in which {
-            tree_limits.wall_timeout += self.limits[i].wall_timeout;
+            tree_limits.time_limit += self.limits[i].time_limit;
             tree_limits.cpu_seconds += self.limits[i].cpu_seconds;
         }
         tree_limits.output_cap_bytes = tree_limits
@@ -298,7 +298,7 @@ impl<'a> Cases<'a> {
                             self.splits[i].skeleton.as_deref(),
                             case.check.as_deref(),
                             parts,
-                            limits.wall_timeout,
+                            limits.time_limit,
                         )
                     })?
                 }

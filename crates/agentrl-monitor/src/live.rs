@@ -23,7 +23,7 @@ pub struct LiveMonitor {
 
 impl LiveMonitor {
     /// `doctor`: run the doctor on every step; `dashboard_every`: rewrite the dashboard every
-    /// N steps (0 = only when [`LiveMonitor::finish`] is called).
+    /// N steps (0 = only when [`LiveMonitor::write`] is called).
     pub fn new(doctor: bool, dashboard_every: usize) -> Self {
         Self {
             doctor: doctor.then(|| Doctor::new(DoctorConfig::default())),

@@ -15,7 +15,7 @@ use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
 use crate::checks;
-use crate::error::Result;
+use crate::error::{Result, RlError};
 
 /// How per-token losses are reduced to a scalar (ALGORITHMS.md §0, verl `agg_loss`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -131,7 +131,7 @@ pub fn aggregate(
     let counts: Vec<f32> = mask_rows.iter().map(|r| r.iter().sum()).collect();
     let dp = scale.dp_size.unwrap_or(1);
     if dp == 0 {
-        return Err(crate::RlError::invalid(F, "scale.dp_size", "must be >= 1"));
+        return Err(RlError::invalid(F, "scale.dp_size", "must be >= 1"));
     }
     if dp > 1 {
         let missing = match mode {
@@ -146,7 +146,7 @@ pub fn aggregate(
             _ => None,
         };
         if let Some((arg, verl_name)) = missing {
-            return Err(crate::RlError::invalid(
+            return Err(RlError::invalid(
                 F,
                 arg,
                 format!("the global count (verl `{verl_name}`) is required when dp_size > 1"),
@@ -180,7 +180,7 @@ pub fn aggregate(
         AggMode::SeqMeanTokenSumNorm => {
             let max_len = scale.max_len.unwrap_or(n as f64);
             if !(max_len > 0.0 && max_len.is_finite()) {
-                return Err(crate::RlError::invalid(
+                return Err(RlError::invalid(
                     F,
                     "scale.max_len",
                     format!("must be > 0, got {max_len}"),

@@ -17,6 +17,19 @@
 //! `group_ids: &[usize]`. Losses are minimised, return a differentiable scalar plus plain-f32
 //! diagnostics, and give masked tokens exactly zero gradient. Bad inputs return [`RlError`].
 //!
+//! ## Where each concept lives (data-flow order: batch → advantages → loss → update)
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`returns`] | reward-to-go, GAE and the critic's value loss (§1–§2) |
+//! | [`advantages`] | the estimators behind [`compute_advantages`]: [`advantages::group`] (one advantage per sequence from its prompt group, §4–§7 and verl's OPO, GPG, GDPO, pass@k), [`advantages::token`] (per-token: REINFORCE++ §8, ReMax, OTB) |
+//! | [`kl`], [`overlong`] | reward shaping before the advantages (KL in reward §11, DAPO's overlong penalty §6) |
+//! | [`rollout_correction`] | engine/trainer mismatch (§13): [`rollout_correction::weights`] (TIS/MIS/IcePop), [`rollout_correction::config`] (verl's strings), [`rollout_correction::apply`] (IS, rejection, metrics) |
+//! | [`policy_loss`] | the losses behind [`compute_policy_loss`]: [`policy_loss::clip`] (PPO family), [`policy_loss::trust_region`] (SAPO, GMPO, DPPO, DRO, GPG), [`policy_loss::bypass`] |
+//! | [`entropy`], [`aggregation`] | log-probs and entropy from logits; the `[B, T]` → scalar reduction every loss ends with (§0) |
+//! | [`post_training`] | the losses that are not RL: SFT, DPO, distillation (§14–§15) |
+//! | [`eval`] | pass@k, pass^k, bootstrap intervals (§16) |
+//!
 //! ## Algorithms as compositions (ALGORITHMS.md "Summary table")
 //!
 //! `agg(...)` is [`aggregate`]; "policy loss" is [`compute_policy_loss`] with that
@@ -177,64 +190,55 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+// The data-flow order of these is the table "Where each concept lives" above.
+mod checks;
+pub mod error;
+
 pub mod advantages;
 pub mod aggregation;
-pub mod beyond;
-mod checks;
 pub mod entropy;
-pub mod error;
-pub mod estimators;
 pub mod eval;
 pub mod kl;
-pub mod offpolicy;
 pub mod overlong;
 pub mod policy_loss;
-pub mod policy_loss_verl;
+pub mod post_training;
 pub mod returns;
-pub mod rollout_corr;
+pub mod rollout_correction;
 
 pub use advantages::{
     broadcast_to_tokens, compute_advantages, compute_advantages_with, dynamic_sampling_filter,
-    group_advantages, reinforce_pp_advantages, reinforce_pp_baseline_advantages, sequence_rewards,
-    AdvantageEstimator, AdvantageExtras, AdvantageInputs, AdvantageOutput, DynamicSamplingFilter,
-    GroupAdvantages, GroupBaseline,
+    gdpo_advantages, gpg_advantages, group_advantages, grpo_passk_advantages, opo_advantages,
+    optimal_token_baseline_advantages, reinforce_pp_advantages, reinforce_pp_baseline_advantages,
+    remax_advantages, sequence_rewards, tir_optimal_token_baseline_advantages, AdvantageEstimator,
+    AdvantageExtras, AdvantageInputs, AdvantageOutput, DynamicSamplingFilter, GroupAdvantages,
+    GroupBaseline, OtbInputs,
 };
 pub use aggregation::{aggregate, masked_mean_value, step_scale, AggMode, AggScale};
-pub use beyond::{
-    distill_advantages, dpo_loss, gkd_jsd_per_token, gkd_loss, reverse_kl_per_token,
-    sequence_log_probs, sft_nll_loss, DpoOutput,
-};
 pub use entropy::{entropy_bonus_loss, entropy_from_logits, sum_pi_squared, token_log_probs};
 pub use error::{Result, RlError};
-pub use estimators::{
-    gdpo_advantages, gpg_advantages, grpo_passk_advantages, opo_advantages,
-    optimal_token_baseline_advantages, remax_advantages, tir_optimal_token_baseline_advantages,
-    OtbInputs,
-};
 pub use eval::{
     bootstrap_ci, mean_pass_at_k, mean_pass_hat_k, pass_at_k, pass_hat_k, ConfidenceInterval,
 };
 pub use kl::{
     apply_kl_to_rewards, kl_estimate, kl_loss, AdaptiveKlController, KlController, KlEstimator,
 };
-pub use offpolicy::{
-    icepop_weights, mis_weights, mismatch_metrics, rollout_correction_weights, tis_weights,
-    CorrectionWeights, MisLevel, MismatchMetrics, RolloutCorrection,
-};
 pub use overlong::{overlong_filter_mask, soft_overlong_penalties, soft_overlong_penalty};
 pub use policy_loss::{
-    cispo_loss, clip_cov_loss, compute_policy_loss, gspo_loss, gspo_token_loss, kl_cov_loss,
-    ppo_clip_loss, token_ratio, vanilla_pg_loss, ClipCovParams, PolicyLoss, PolicyLossDiagnostics,
-    PolicyLossInputs, PolicyLossOutput,
+    bypass_mode_loss, cispo_loss, clip_cov_loss, compute_policy_loss, dppo_loss, dro_loss,
+    geo_mean_loss, gpg_loss, gspo_loss, gspo_token_loss, kl_cov_loss, ppo_clip_loss, sapo_loss,
+    token_ratio, vanilla_pg_loss, BypassLossType, ClipCovParams, DppoDivergence, PolicyLoss,
+    PolicyLossDiagnostics, PolicyLossInputs, PolicyLossOutput,
 };
-pub use policy_loss_verl::{
-    bypass_mode_loss, dppo_loss, dro_loss, geo_mean_loss, gpg_loss, sapo_loss, BypassLossType,
-    DppoDivergence,
+pub use post_training::{
+    distill_advantages, dpo_loss, gkd_jsd_per_token, gkd_loss, reverse_kl_per_token,
+    sequence_log_probs, sft_nll_loss, DpoOutput,
 };
 pub use returns::{
     discounted_returns, gae, masked_var, masked_whiten, value_loss, GaeOutput, ValueLossOutput,
 };
-pub use rollout_corr::{
-    rollout_corr_metrics, rollout_correction_and_rejection, IsLevel, RolloutCorrectionConfig,
+pub use rollout_correction::{
+    icepop_weights, mis_weights, mismatch_metrics, rollout_corr_metrics,
+    rollout_correction_and_rejection, rollout_correction_weights, tis_weights, CorrectionWeights,
+    IsLevel, MisLevel, MismatchMetrics, RolloutCorrection, RolloutCorrectionConfig,
     RolloutCorrectionOutput, RolloutCorrectionSpec, RsFilter, RsOption, ThresholdSpec,
 };

@@ -3,7 +3,7 @@
 //! Data flow: a task id → [`driver::run_groups`] (an `Engine` samples each turn, a
 //! `ChatCodec` renders and parses, an `Env` steps) → [`episode::Episode`]s, every token with
 //! its source, turn and sampling log-prob → [`batch::Batch`], the padded tensors the update
-//! consumes. [`env_clock`] times the environment's share of a rollout. [`demonstrate`] runs scripted calls (the gym's expert) through the same driver,
+//! consumes. [`env_clock`] times the environment's share of a rollout. [`mod@demonstrate`] runs scripted calls (the gym's expert) through the same driver,
 //! for supervised fine-tuning. [`shuffle`] holds env wrappers that augment training episodes,
 //! [`staleness`] bounds how old the weights of asynchronous rollouts may be, and [`eval`]
 //! summarises episodes of a split into solve rates and pass@k.

@@ -140,7 +140,7 @@ pub struct FleetPlan {
 impl FleetPlan {
     /// The fewest servers for `episodes_per_step` episodes a step within `target_step_s`;
     /// an error when the trainer's update alone takes longer, or no fleet of up to
-    /// [`MAX_SERVERS`] of each kind fits.
+    /// `MAX_SERVERS` of each kind fits.
     pub fn new(
         costs: MeasuredCosts,
         episodes_per_step: usize,

@@ -16,9 +16,9 @@
 //!
 //! Rules this crate keeps: [`algo`] never imports [`config`] (the config is built from the
 //! presets, not the other way round); no file imports a recipe, and the files' imports form
-//! no circle (`tests/train/import_graph.rs` checks both); the update and evaluation are
-//! generic over `agentrl_model::Policy`; [`threads`] and [`allocator`] are the only places
-//! that set process-wide state.
+//! no circle (the workspace's `tests/cli/import_graph.rs` checks these, the last for every
+//! crate); the update and evaluation are generic over `agentrl_model::Policy`; [`threads`]
+//! and [`allocator`] are the only places that set process-wide state.
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::host::{self, HostSetup, UID_SLOTS};
-use super::seccomp;
+use super::{programs, scratch, seccomp};
 use super::{Executor, Job, Limits, RunOutput, SandboxError, SandboxInfo, Termination};
 
 /// Spawns a fresh, fully confined `python3` for every job.
@@ -94,7 +94,7 @@ fn set_rlimit_pair(
 impl Executor for FreshExecutor {
     fn run(&self, job: &Job) -> Result<RunOutput, SandboxError> {
         let host = &self.host;
-        let workspace = host::canonical_workspace(host, &job.workspace)?;
+        let workspace = scratch::canonical_workspace(host, &job.workspace)?;
         let lease = if host.drop_uid {
             Some(UID_SLOTS.acquire()?)
         } else {
@@ -123,7 +123,7 @@ impl Executor for FreshExecutor {
         let join_network = host.network_pre_exec();
         let socket_filter = host.socket_filter.clone();
 
-        let boot = format!("{}\nfresh_main()\n", host::WORKER_PY);
+        let boot = format!("{}\nfresh_main()\n", programs::WORKER_PY);
         let mut command = Command::new(&host.python);
         command
             .args(host::PYTHON_FLAGS)
@@ -231,7 +231,7 @@ impl Executor for FreshExecutor {
     }
 
     fn info(&self) -> SandboxInfo {
-        self.host.info()
+        super::host_info(&self.host)
     }
 }
 
@@ -266,7 +266,7 @@ fn pump(
     pgid: libc::pid_t,
 ) -> Result<Pumped, SandboxError> {
     const GRACE_AFTER_EXIT: Duration = Duration::from_millis(200);
-    let mut deadline = start + limits.wall_timeout;
+    let mut deadline = start + limits.time_limit;
     let cap = limits.output_cap_bytes;
     // Past this many bytes a stream is closed: the writer gets EPIPE instead of us draining a
     // flood until the deadline.

@@ -1,7 +1,7 @@
 //! What this machine allows the sandbox to do, probed once per process: which Python to run,
 //! whether the job can drop to an unprivileged uid, get its own network and PID namespaces,
-//! and be confined by Landlock. Both executors build their layers from one [`HostSetup`], so
-//! [`SandboxInfo`] reports exactly what they apply.
+//! and be confined by Landlock. Both executors build their layers from one `HostSetup`, so
+//! [`super::SandboxInfo`] reports exactly what they apply.
 //!
 //! Also holds the low-level pieces the Rust side applies itself: the uid slot allocator, the
 //! Landlock ruleset (raw syscalls, because the confinement is applied between `fork` and
@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::{SandboxError, SandboxInfo};
+use super::SandboxError;
 
 /// `PATH` inside the sandbox.
 pub(crate) const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -417,70 +417,6 @@ impl HostSetup {
         })
     }
 
-    pub(crate) fn info(&self) -> SandboxInfo {
-        let mut notes = self.notes.clone();
-        if self.drop_uid {
-            notes.push(format!(
-                "each job runs as its own unprivileged uid ({}..{}), so RLIMIT_NPROC holds",
-                UID_SLOTS.base,
-                UID_SLOTS.base + UID_SLOTS.count
-            ));
-        }
-        if self.pid_namespace {
-            notes.push(
-                "PID namespaces: a fresh job is PID 1 of its own; a pool worker is PID 1 of its own \
-                 and kills everything else in it after each job, so nothing a job starts outlives it"
-                    .into(),
-            );
-        }
-        if self.landlock_abi > 0 {
-            notes.push(format!(
-                "Landlock ABI {}: read-write only in the workspace, read-only {}",
-                self.landlock_abi,
-                self.read_only_paths
-                    .iter()
-                    .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
-        }
-        if self.socket_filter.is_some() {
-            notes.push(
-                "seccomp filter (Docker's default profile's denials and more, see seccomp.rs): no \
-                 socket() but AF_INET/AF_INET6 inside the empty network namespace (none without \
-                 it), socketpair only AF_UNIX stream/seqpacket, no io_uring, System V IPC, POSIX \
-                 message queues, keyrings, namespaces, mounts, chroot, ptrace, perf, bpf, \
-                 userfaultfd, modules or kexec"
-                    .into(),
-            );
-        }
-        let workspace_quota = super::scratch::workspace_quota();
-        match &workspace_quota {
-            Ok(()) => notes.push(
-                "workspace quota: each workspace is a tmpfs of its own (size= and nr_inodes= from \
-                 the job's limits), so writes past it get ENOSPC"
-                    .into(),
-            ),
-            Err(e) => notes.push(format!(
-                "workspace quota off ({e}): only RLIMIT_FSIZE bounds each file; a job can fill \
-                 the workspace's file system"
-            )),
-        }
-        SandboxInfo {
-            workspace_quota: workspace_quota.is_ok(),
-            network_namespace: !matches!(self.network, NetworkIsolation::Off),
-            rlimits: true,
-            process_group_kill: true,
-            landlock: self.landlock_abi > 0,
-            scrubbed_env: true,
-            output_caps: true,
-            privilege_drop: self.drop_uid,
-            pid_namespace: self.pid_namespace,
-            socket_filter: self.socket_filter.is_some(),
-            notes,
-        }
-    }
-
     /// The per-process network step, async-signal-safe: join the shared empty namespace or
     /// unshare a private one.
     pub(crate) fn network_pre_exec(
@@ -513,8 +449,8 @@ impl HostSetup {
 /// so RLIMIT_NPROC counts one job's processes only. The range depends on our pid so that two
 /// agentrl processes on one machine rarely share uids.
 pub(crate) struct UidSlots {
-    base: u32,
-    count: u32,
+    pub(crate) base: u32,
+    pub(crate) count: u32,
     in_use: Mutex<Vec<bool>>,
 }
 
@@ -716,37 +652,6 @@ pub(crate) fn restrict_self(ruleset: RawFd) -> std::io::Result<()> {
     }
     Ok(())
 }
-
-/// The canonical absolute workspace path, checked to be a directory that the job can reach:
-/// under the uid drop, a workspace below a 0700 directory would fail every job (see
-/// `scratch.rs`), so that is an error naming the directory.
-pub(crate) fn canonical_workspace(
-    host: &HostSetup,
-    workspace: &Path,
-) -> Result<PathBuf, SandboxError> {
-    let path = workspace
-        .canonicalize()
-        .map_err(|source| SandboxError::Io {
-            what: format!("workspace {}", workspace.display()),
-            source,
-        })?;
-    if !path.is_dir() {
-        return Err(SandboxError::Io {
-            what: format!("workspace {}", workspace.display()),
-            source: std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory"),
-        });
-    }
-    if host.drop_uid {
-        super::scratch::reachable_by_others(&path).map_err(|why| SandboxError::Io {
-            what: format!("workspace {}", workspace.display()),
-            source: std::io::Error::new(std::io::ErrorKind::PermissionDenied, why),
-        })?;
-    }
-    Ok(path)
-}
-
-/// The embedded Python half of the sandbox.
-pub(crate) const WORKER_PY: &str = include_str!("worker.py");
 
 /// Expose a path's C string for pre_exec use.
 pub(crate) fn path_cstring(path: &Path) -> Result<CString, SandboxError> {

@@ -6,6 +6,12 @@
 //! Two executors implement [`Executor`]: a fresh `python3` per job (the baseline) and a pool of
 //! warm fork-server workers (the default). The env and the verifier only see this trait.
 //!
+//! The bottom of the gym crate: the sandbox names nothing above it. The Python programs it
+//! starts live with it ([`programs`]: the worker, the trusted checker, the verdict tree, and
+//! the fork helper the worker and the verdict tree share); `harness`, `trusted` and `verify`
+//! take them from here. Inside, `host.rs` (the probed machine setup) is below `scratch.rs` (the
+//! jobs' directories), and both are below the two executors.
+//!
 //! Contract for a [`Job`]:
 //! - `program` is Python source executed as `__main__` with the workspace as working directory
 //!   and as `sys.path[0]`.
@@ -41,7 +47,11 @@ use serde::{Deserialize, Serialize};
 /// Resource limits applied to one job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Limits {
-    pub wall_timeout: Duration,
+    /// Wall-clock time limit: a hidden case's `time_limit_s` or a task's `limits.time_s`
+    /// (`task.rs`), else 5 s. Serialised under its former name, so configs and the service's
+    /// wire stay as they were.
+    #[serde(rename = "wall_timeout")]
+    pub time_limit: Duration,
     pub cpu_seconds: u64,
     pub address_space_bytes: u64,
     pub max_processes: u64,
@@ -68,7 +78,7 @@ fn default_max_files() -> u64 {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            wall_timeout: Duration::from_secs(5),
+            time_limit: Duration::from_secs(5),
             cpu_seconds: 4,
             address_space_bytes: 512 << 20,
             max_processes: 32,
@@ -103,8 +113,12 @@ pub enum Termination {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum LimitHit {
-    /// The wall-clock or CPU limit, in seconds.
-    Time { seconds: f64 },
+    /// The wall-clock or CPU limit, in seconds (serialised as `seconds`, as recorded runs
+    /// have it).
+    Time {
+        #[serde(rename = "seconds")]
+        time_limit_s: f64,
+    },
     /// The address-space limit, in MB.
     Memory { megabytes: u64 },
     /// The workspace's size quota, in MB: writes failed with ENOSPC.
@@ -116,7 +130,7 @@ pub enum LimitHit {
 impl std::fmt::Display for LimitHit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            LimitHit::Time { seconds } => write!(f, "time limit of {seconds} s exceeded"),
+            LimitHit::Time { time_limit_s } => write!(f, "time limit of {time_limit_s} s exceeded"),
             LimitHit::Memory { megabytes } => write!(f, "memory limit of {megabytes} MB exceeded"),
             LimitHit::Disk { megabytes } => {
                 write!(
@@ -163,11 +177,11 @@ impl RunOutput {
     /// is recognised by the wall time the run took (never less than its CPU time).
     pub fn time_limit_hit(&self, limits: &Limits) -> Option<LimitHit> {
         let cpu = LimitHit::Time {
-            seconds: limits.cpu_seconds as f64,
+            time_limit_s: limits.cpu_seconds as f64,
         };
         match self.termination {
             Termination::TimedOut => Some(LimitHit::Time {
-                seconds: limits.wall_timeout.as_secs_f64(),
+                time_limit_s: limits.time_limit.as_secs_f64(),
             }),
             Termination::Signaled { signal } if signal == libc::SIGXCPU => Some(cpu),
             Termination::Signaled { signal }
@@ -240,6 +254,7 @@ mod fresh;
 #[doc(hidden)]
 pub mod host;
 pub(crate) mod pool;
+pub mod programs;
 // Public for the integration tests (tests/gym/scratch_owners.rs).
 #[doc(hidden)]
 pub mod scratch;
@@ -260,9 +275,78 @@ pub fn default_executor() -> Result<std::sync::Arc<dyn Executor>, SandboxError> 
     Ok(std::sync::Arc::new(PoolExecutor::new(workers)?))
 }
 
+/// What the host setup provides, layer by layer, with a note per layer. Here rather than in
+/// `host.rs` because the workspace quota is the scratch directories' fact (`scratch.rs`),
+/// which sits above the host setup.
+pub(crate) fn host_info(setup: &host::HostSetup) -> SandboxInfo {
+    let mut notes = setup.notes.clone();
+    if setup.drop_uid {
+        notes.push(format!(
+            "each job runs as its own unprivileged uid ({}..{}), so RLIMIT_NPROC holds",
+            host::UID_SLOTS.base,
+            host::UID_SLOTS.base + host::UID_SLOTS.count
+        ));
+    }
+    if setup.pid_namespace {
+        notes.push(
+            "PID namespaces: a fresh job is PID 1 of its own; a pool worker is PID 1 of its own \
+             and kills everything else in it after each job, so nothing a job starts outlives it"
+                .into(),
+        );
+    }
+    if setup.landlock_abi > 0 {
+        notes.push(format!(
+            "Landlock ABI {}: read-write only in the workspace, read-only {}",
+            setup.landlock_abi,
+            setup
+                .read_only_paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if setup.socket_filter.is_some() {
+        notes.push(
+            "seccomp filter (Docker's default profile's denials and more, see seccomp.rs): no \
+             socket() but AF_INET/AF_INET6 inside the empty network namespace (none without \
+             it), socketpair only AF_UNIX stream/seqpacket, no io_uring, System V IPC, POSIX \
+             message queues, keyrings, namespaces, mounts, chroot, ptrace, perf, bpf, \
+             userfaultfd, modules or kexec"
+                .into(),
+        );
+    }
+    let workspace_quota = scratch::workspace_quota();
+    match &workspace_quota {
+        Ok(()) => notes.push(
+            "workspace quota: each workspace is a tmpfs of its own (size= and nr_inodes= from \
+             the job's limits), so writes past it get ENOSPC"
+                .into(),
+        ),
+        Err(e) => notes.push(format!(
+            "workspace quota off ({e}): only RLIMIT_FSIZE bounds each file; a job can fill \
+             the workspace's file system"
+        )),
+    }
+    SandboxInfo {
+        workspace_quota: workspace_quota.is_ok(),
+        network_namespace: !matches!(setup.network, host::NetworkIsolation::Off),
+        rlimits: true,
+        process_group_kill: true,
+        landlock: setup.landlock_abi > 0,
+        scrubbed_env: true,
+        output_caps: true,
+        privilege_drop: setup.drop_uid,
+        pid_namespace: setup.pid_namespace,
+        socket_filter: setup.socket_filter.is_some(),
+        notes,
+    }
+}
+
 /// Probes the machine and describes the active layers (for `agentrl gym sandbox-info`).
 pub fn sandbox_info() -> Result<SandboxInfo, SandboxError> {
-    Ok(host::host()?.info())
+    let setup = host::host()?;
+    Ok(host_info(&setup))
 }
 
 /// A human-readable report of [`sandbox_info`]: one line per layer, then the notes.

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::host::{self, HostSetup, UidLease, UID_SLOTS};
-use super::seccomp;
+use super::{programs, scratch, seccomp};
 use super::{Executor, Job, Limits, RunOutput, SandboxError, SandboxInfo, Termination};
 
 /// A worker gets this long beyond a job's wall timeout to answer before it is declared hung.
@@ -52,7 +52,7 @@ struct WorkerConfig<'a> {
 
 #[derive(Serialize)]
 struct WireLimits {
-    wall_timeout_s: f64,
+    time_limit_s: f64,
     cpu_seconds: u64,
     address_space_bytes: u64,
     max_processes: u64,
@@ -64,7 +64,7 @@ struct WireLimits {
 impl From<&Limits> for WireLimits {
     fn from(l: &Limits) -> Self {
         Self {
-            wall_timeout_s: l.wall_timeout.as_secs_f64(),
+            time_limit_s: l.time_limit.as_secs_f64(),
             cpu_seconds: l.cpu_seconds,
             address_space_bytes: l.address_space_bytes,
             max_processes: l.max_processes,
@@ -130,7 +130,7 @@ impl Worker {
             Entry::ForkServer => (
                 None,
                 None,
-                format!("{}\nserve(sys.argv[1])\n", host::WORKER_PY),
+                format!("{}\nserve(sys.argv[1])\n", programs::WORKER_PY),
             ),
             Entry::TrustedChecker {
                 address_space_bytes,
@@ -139,8 +139,8 @@ impl Worker {
                 Some(*address_space_bytes),
                 format!(
                     "{}\n{}\ncheck_serve(sys.argv[1])\n",
-                    host::WORKER_PY,
-                    crate::trusted::CHECKER_PY
+                    programs::WORKER_PY,
+                    programs::CHECKER_PY
                 ),
             ),
         };
@@ -162,7 +162,7 @@ impl Worker {
             pid_namespace: host.pid_namespace,
             socket_filter: host.socket_filter.as_ref().map(seccomp::to_hex),
             verdict_tree: matches!(entry, Entry::ForkServer)
-                .then_some(crate::harness::VERDICT_TREE_PROGRAM),
+                .then_some(programs::VERDICT_TREE_PROGRAM),
         };
         let config = serde_json::to_string(&config)
             .map_err(|e| SandboxError::Protocol(format!("encode worker config: {e}")))?;
@@ -250,7 +250,7 @@ impl Worker {
             return Err(io("send job to worker")(error));
         }
 
-        let deadline = Instant::now() + job.limits.wall_timeout + REPLY_SLACK;
+        let deadline = Instant::now() + job.limits.time_limit + REPLY_SLACK;
         let mut head = [0u8; 4];
         self.read_exact_by(&mut head, deadline)?;
         let mut reply = vec![0u8; u32::from_be_bytes(head) as usize];
@@ -512,7 +512,7 @@ impl PoolExecutor {
 
 impl Executor for PoolExecutor {
     fn run(&self, job: &Job) -> Result<RunOutput, SandboxError> {
-        let workspace = host::canonical_workspace(&self.host, &job.workspace)?;
+        let workspace = scratch::canonical_workspace(&self.host, &job.workspace)?;
         let workspace = workspace
             .to_str()
             .ok_or_else(|| {
@@ -542,7 +542,7 @@ impl Executor for PoolExecutor {
     }
 
     fn info(&self) -> SandboxInfo {
-        let mut info = self.host.info();
+        let mut info = super::host_info(&self.host);
         info.notes
             .push(format!("warm pool of {} fork-server workers", self.size));
         info

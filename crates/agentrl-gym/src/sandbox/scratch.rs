@@ -53,7 +53,8 @@ use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 
-use super::{LimitHit, Limits};
+use super::host::HostSetup;
+use super::{LimitHit, Limits, SandboxError};
 
 /// Run directories start with this.
 const RUN_DIR_PREFIX: &str = "agentrl-run-";
@@ -536,4 +537,32 @@ fn start_janitor(run_dir: &Path) -> std::io::Result<ChildStdin> {
     // handle neither kills nor waits.
     drop(child);
     Ok(stdin)
+}
+
+/// The canonical absolute workspace path, checked to be a directory that the job can reach:
+/// under the uid drop, a workspace below a 0700 directory would fail every job (see the
+/// module doc), so that is an error naming the directory.
+pub(crate) fn canonical_workspace(
+    host: &HostSetup,
+    workspace: &Path,
+) -> Result<PathBuf, SandboxError> {
+    let path = workspace
+        .canonicalize()
+        .map_err(|source| SandboxError::Io {
+            what: format!("workspace {}", workspace.display()),
+            source,
+        })?;
+    if !path.is_dir() {
+        return Err(SandboxError::Io {
+            what: format!("workspace {}", workspace.display()),
+            source: std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory"),
+        });
+    }
+    if host.drop_uid {
+        reachable_by_others(&path).map_err(|why| SandboxError::Io {
+            what: format!("workspace {}", workspace.display()),
+            source: std::io::Error::new(std::io::ErrorKind::PermissionDenied, why),
+        })?;
+    }
+    Ok(path)
 }

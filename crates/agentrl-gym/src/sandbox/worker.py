@@ -1,5 +1,5 @@
 # agentrl sandbox worker: the Python half of the sandbox (embedded in the Rust crate with
-# include_str! and run as `python3 -I -c <this source + entry call>`).
+# include_str!, after fork.py, and run as `python3 -I -c <fork.py + this source + entry call>`).
 #
 # Two entry points:
 #   fresh_main()  - FreshExecutor: the Rust side already confined this process (pre_exec);
@@ -632,30 +632,6 @@ def _run_job(job, program, stdin, config, landlock):
             os.close(ruleset)
 
 
-def _raw_fork():
-    """libc's fork(), called with the GIL held, or os.fork where ctypes is missing. os.fork
-    runs CPython's at-fork machinery (re-initialising the runtime's locks and thread states,
-    every os.register_at_fork hook) in both processes, which costs a job process some 180
-    copy-on-write page faults and about 1 ms of CPU. The server is single-threaded and forks
-    from its main thread, so the job's one thread is the main thread CPython knows."""
-    try:
-        import ctypes
-
-        libc_fork = ctypes.PyDLL(None).fork
-        libc_fork.restype = ctypes.c_int
-        libc_fork.argtypes = []
-    except Exception:
-        return os.fork
-
-    def fork():
-        pid = libc_fork()
-        if pid < 0:
-            raise OSError(ctypes.get_errno(), "fork failed")
-        return pid
-
-    return fork
-
-
 _FORK = os.fork
 
 # (source, main) of the verdict tree (verdict_tree.py, sent in the config), loaded and warmed
@@ -703,7 +679,7 @@ def _fork_job(job, stdin, config, ruleset):
     for fd in child_fds:
         os.close(fd)
     job_exit = os.pidfd_open(job_pid)
-    deadline = start + limits["wall_timeout_s"]
+    deadline = start + limits["time_limit_s"]
     poller = select.poll()
     # The fds registered with poller (to drain and close at the end).
     registered = set()
@@ -861,7 +837,7 @@ def serve(config_json):
             pass
     _install_compile_cache()
     global _FORK, _VERDICT_TREE
-    _FORK = _raw_fork()
+    _FORK = raw_fork()
     if config.get("verdict_tree"):
         try:
             _VERDICT_TREE = _load_verdict_tree(config["verdict_tree"])

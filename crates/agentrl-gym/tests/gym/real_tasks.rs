@@ -362,7 +362,7 @@ fn limits_are_reported_by_name() {
     // The CPU limit (no wall-clock timeout in reach) reads as a time limit on both executors.
     let busy = "while True:\n    pass\n";
     let limits = Limits {
-        wall_timeout: Duration::from_secs(20),
+        time_limit: Duration::from_secs(20),
         cpu_seconds: 1,
         ..Limits::default()
     };
@@ -380,12 +380,12 @@ fn limits_are_reported_by_name() {
             .unwrap();
         assert_eq!(
             out.time_limit_hit(&limits),
-            Some(LimitHit::Time { seconds: 1.0 }),
+            Some(LimitHit::Time { time_limit_s: 1.0 }),
             "{name}: {:?}",
             out.termination
         );
         assert_eq!(
-            LimitHit::Time { seconds: 1.0 }.to_string(),
+            LimitHit::Time { time_limit_s: 1.0 }.to_string(),
             "time limit of 1 s exceeded"
         );
     }
@@ -448,7 +448,7 @@ fn task_limits_apply_and_bad_ones_name_the_field() {
         ..TaskLimits::default()
     }
     .apply(&base);
-    assert_eq!(limits.wall_timeout, Duration::from_millis(2500));
+    assert_eq!(limits.time_limit, Duration::from_millis(2500));
     assert_eq!(limits.cpu_seconds, 3);
     assert_eq!(limits.address_space_bytes, 300 << 20);
     assert_eq!(TaskLimits::default().apply(&base), base);

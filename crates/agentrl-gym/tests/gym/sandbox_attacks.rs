@@ -49,7 +49,7 @@ fn job(workspace: &Path, program: &str, limits: Limits) -> Job {
 
 fn quick_limits() -> Limits {
     Limits {
-        wall_timeout: Duration::from_secs(3),
+        time_limit: Duration::from_secs(3),
         cpu_seconds: 2,
         ..Limits::default()
     }
@@ -154,7 +154,7 @@ fn infinite_loop_times_out() {
     for (name, executor) in executors() {
         let dir = tempfile::tempdir().unwrap();
         let limits = Limits {
-            wall_timeout: Duration::from_millis(700),
+            time_limit: Duration::from_millis(700),
             cpu_seconds: 30,
             ..Limits::default()
         };
@@ -169,7 +169,7 @@ fn infinite_loop_times_out() {
         );
         // The CPU rlimit alone also stops a busy loop (SIGXCPU / SIGKILL).
         let limits = Limits {
-            wall_timeout: Duration::from_secs(20),
+            time_limit: Duration::from_secs(20),
             cpu_seconds: 1,
             ..Limits::default()
         };

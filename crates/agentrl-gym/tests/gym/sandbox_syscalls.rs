@@ -36,7 +36,7 @@ fn run_everywhere(program: &str) -> Vec<(&'static str, String)> {
                 program: program.to_string(),
                 stdin: Vec::new(),
                 limits: Limits {
-                    wall_timeout: Duration::from_secs(20),
+                    time_limit: Duration::from_secs(20),
                     ..Limits::default()
                 },
             })

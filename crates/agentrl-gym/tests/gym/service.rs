@@ -322,7 +322,7 @@ fn a_server_with_other_tasks_is_refused_at_connect() {
 #[test]
 fn a_time_limited_test_run_may_replay_differently() {
     let mut hurried = EnvConfig::default();
-    hurried.limits.wall_timeout = Duration::from_nanos(1);
+    hurried.limits.time_limit = Duration::from_nanos(1);
     let a = server(GymServeOptions {
         env: hurried,
         ..GymServeOptions::default()

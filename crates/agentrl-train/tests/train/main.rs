@@ -14,7 +14,6 @@ mod config;
 mod distill;
 mod engine_amx;
 mod gdpo;
-mod import_graph;
 mod metrics;
 mod optim;
 mod plan;

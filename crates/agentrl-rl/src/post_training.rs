@@ -1,5 +1,7 @@
-//! Beyond RL: masked SFT negative log-likelihood, DPO, GKD's full-vocabulary generalized JSD,
-//! and the per-token reverse KL of on-policy distillation (ALGORITHMS.md §14–§15).
+//! Post-training losses, the ones that are not RL: masked SFT negative log-likelihood (SFT,
+//! and RFT/RAFT/STaR on kept samples), DPO, GKD's full-vocabulary generalized JSD, and the
+//! per-token reverse KL of on-policy distillation (ALGORITHMS.md §14–§15). The train crate's
+//! `sft`, `rft`, `dpo` and `distill` recipes end here instead of in [`crate::policy_loss`].
 //!
 //! Data flow: token log-probs `[B, T]` from [`crate::entropy::token_log_probs`] plus the
 //! assistant-token mask → [`sft_nll_loss`] (SFT, RFT/RAFT/STaR on kept samples); summed

@@ -1,108 +1,46 @@
-//! The rest of verl's advantage registry: OPO, GPG, ReMax, GDPO, pass@k (`grpo_passk`), and
-//! the optimal token baselines OTB / TIR-OTB (verl `core_algos.py`, `AdvantageEstimator`).
+//! Per-token advantages from per-token rewards: REINFORCE++ and its group-mean variant
+//! (ALGORITHMS.md §8, whitened over the whole batch), ReMax (reward-to-go minus the greedy
+//! response's reward) and the optimal token baselines OTB / TIR-OTB (verl
+//! `docs/algo/otb.md`).
 //!
-//! Data flow as in [`crate::advantages`]: outcome rewards per sequence (or per-token rewards)
-//! plus group ids → per-sequence or per-token advantages → policy loss. None of these is in
-//! ALGORITHMS.md; each doc comment states the formula, the paper and the verl function.
-//! Host arithmetic is f64; outputs are exactly 0 on masked tokens.
-
-use std::collections::BTreeMap;
+//! Sits beside [`super::group`] in the advantage step: per-token rewards (the outcome on the
+//! last action token, plus an optional KL penalty from [`crate::kl::apply_kl_to_rewards`]) and
+//! the loss mask → `[B, T]` advantages, exactly 0 on masked tokens → policy loss. GAE, the
+//! critic's estimator, lives with the returns in [`crate::returns`]. ReMax and the OTBs have
+//! no ALGORITHMS.md section; each doc comment states the formula, the paper and the verl
+//! function.
 
 use candle_core::Tensor;
 
-use crate::advantages::{broadcast_to_tokens, group_advantages, GroupBaseline, GROUP_STD_EPS};
+use super::group::{broadcast_to_tokens, group_advantages, group_members, GroupBaseline};
 use crate::checks;
 use crate::error::{Result, RlError};
 use crate::returns;
 
-/// Indices of each group, in order of first appearance (rewards must be finite).
-fn groups(func: &'static str, rewards: &[f32], group_ids: &[usize]) -> Result<Vec<Vec<usize>>> {
-    if rewards.is_empty() {
-        return Err(RlError::Empty {
-            func,
-            what: "`rewards` is empty: a batch needs at least one sequence".into(),
-        });
-    }
-    checks::len_is(func, "group_ids", group_ids, rewards.len())?;
-    checks::finite(func, "rewards", rewards)?;
-    Ok(group_members(group_ids))
+/// REINFORCE++ advantages (ALGORITHMS.md §8, arXiv:2501.03262): γ-discounted returns of the
+/// per-token rewards (outcome on the last action token, `−β·k1` KL on every token from
+/// [`crate::kl::apply_kl_to_rewards`]), then z-scored over the *whole batch* of valid tokens
+/// with [`returns::masked_whiten`].
+pub fn reinforce_pp_advantages(
+    token_rewards: &Tensor,
+    mask: &Tensor,
+    gamma: f64,
+) -> Result<Tensor> {
+    let g = returns::discounted_returns(token_rewards, mask, gamma)?;
+    returns::masked_whiten(&g, mask, true)
 }
 
-fn group_members(group_ids: &[usize]) -> Vec<Vec<usize>> {
-    let mut slot: BTreeMap<usize, usize> = BTreeMap::new();
-    let mut out: Vec<Vec<usize>> = Vec::new();
-    for (i, &g) in group_ids.iter().enumerate() {
-        let s = *slot.entry(g).or_insert_with(|| {
-            out.push(Vec::new());
-            out.len() - 1
-        });
-        out[s].push(i);
-    }
-    out
-}
-
-/// OPO, the length-weighted optimal baseline (Hao et al. 2025, "On-Policy RL with Optimal
-/// Reward Baseline", arXiv:2505.23585; verl `compute_opo_outcome_advantage`):
-/// `A_i = R_i − Σ_{j∈g} |o_j| R_j / Σ_{j∈g} |o_j|`, with `|o_j|` the valid-token count
-/// `lengths[j]`. Singletons: baseline 0 (advantage = reward). A group whose lengths sum to 0
-/// gets baseline 0 (verl: NaN).
-pub fn opo_advantages(rewards: &[f32], lengths: &[f32], group_ids: &[usize]) -> Result<Vec<f32>> {
-    const F: &str = "opo_advantages";
-    let gs = groups(F, rewards, group_ids)?;
-    checks::len_is(F, "lengths", lengths, rewards.len())?;
-    checks::finite(F, "lengths", lengths)?;
-    let mut out = vec![0.0f32; rewards.len()];
-    for g in &gs {
-        let baseline = if g.len() == 1 {
-            0.0
-        } else {
-            let len_sum: f64 = g.iter().map(|&i| f64::from(lengths[i])).sum();
-            let weighted: f64 = g
-                .iter()
-                .map(|&i| f64::from(lengths[i]) * f64::from(rewards[i]))
-                .sum();
-            if len_sum > 0.0 {
-                weighted / len_sum
-            } else {
-                0.0
-            }
-        };
-        for &i in g {
-            out[i] = (f64::from(rewards[i]) - baseline) as f32;
-        }
-    }
-    Ok(out)
-}
-
-/// GPG advantage (Chu et al. 2025, "GPG: A Simple and Strong Reinforcement Learning Baseline",
-/// arXiv:2504.02546; verl `compute_gpg_outcome_advantage`):
-/// `A_i = α (R_i − mean_g R) / f_norm`, `α = B / max(#{i : R_i ≠ 0}, 1)` over the whole batch
-/// (the paper's correction for the share of samples that carry a gradient). Singletons:
-/// mean 0. verl's `alpha` argument is overwritten by this α, so it is not a parameter here.
-pub fn gpg_advantages(rewards: &[f32], group_ids: &[usize], f_norm: f64) -> Result<Vec<f32>> {
-    const F: &str = "gpg_advantages";
-    let gs = groups(F, rewards, group_ids)?;
-    if !(f_norm.is_finite() && f_norm != 0.0) {
-        return Err(RlError::invalid(
-            F,
-            "f_norm",
-            format!("must be finite and non-zero, got {f_norm}"),
-        ));
-    }
-    let nonzero = rewards.iter().filter(|&&r| r != 0.0).count().max(1);
-    let alpha = rewards.len() as f64 / nonzero as f64;
-    let mut out = vec![0.0f32; rewards.len()];
-    for g in &gs {
-        let mean = if g.len() == 1 {
-            0.0
-        } else {
-            g.iter().map(|&i| f64::from(rewards[i])).sum::<f64>() / g.len() as f64
-        };
-        for &i in g {
-            out[i] = (alpha * (f64::from(rewards[i]) - mean) / f_norm) as f32;
-        }
-    }
-    Ok(out)
+/// REINFORCE++-baseline (ALGORITHMS.md §8; verl
+/// `compute_reinforce_plus_plus_baseline_outcome_advantage`): subtract the group mean reward
+/// (singletons: mean 0), broadcast to tokens, then whiten over the whole batch's valid tokens.
+pub fn reinforce_pp_baseline_advantages(
+    rewards: &[f32],
+    group_ids: &[usize],
+    mask: &Tensor,
+) -> Result<Tensor> {
+    let centred = group_advantages(rewards, group_ids, GroupBaseline::MeanOnly)?;
+    let per_token = broadcast_to_tokens(&centred.per_sequence, mask)?;
+    returns::masked_whiten(&per_token, mask, true)
 }
 
 /// Reverse cumulative sum of `r·m` along `T` (verl's reward-to-go with γ = 1, *not* bridging:
@@ -163,97 +101,6 @@ pub fn remax_advantages(
         checks::from_rows(&ret, token_rewards)?,
     ))
 }
-
-/// GDPO, group reward-decoupled normalisation (Liu et al. 2026, arXiv:2601.05242; verl
-/// `compute_gdpo_outcome_advantage`): each reward component `k` is group-normalised on its
-/// own, `A_k = (R_k − mean_g R_k)/(std_g R_k + 1e-6)` (or `R_k − mean` without
-/// `norm_by_std`, GRPO's conventions for singletons), then `A = whiten(Σ_k w_k A_k)` over the
-/// batch's valid tokens ([`returns::masked_whiten`]). `components[k][i]` is component `k` of
-/// sequence `i` (verl `gdpo_reward_keys`); `weights` default to 1 (verl
-/// `gdpo_reward_weights`). Returns `[B, T]`, 0 on masked tokens.
-pub fn gdpo_advantages(
-    components: &[Vec<f32>],
-    weights: Option<&[f32]>,
-    group_ids: &[usize],
-    mask: &Tensor,
-    norm_by_std: bool,
-) -> Result<Tensor> {
-    const F: &str = "gdpo_advantages";
-    if components.is_empty() {
-        return Err(RlError::Empty {
-            func: F,
-            what: "`components` is empty: GDPO needs at least one reward component".into(),
-        });
-    }
-    if let Some(w) = weights {
-        checks::len_is(F, "weights", w, components.len())?;
-        checks::finite(F, "weights", w)?;
-    }
-    let b = group_ids.len();
-    let mut total = vec![0.0f64; b];
-    for (k, comp) in components.iter().enumerate() {
-        checks::len_is(F, "components[_]", comp, b)?;
-        let baseline = if norm_by_std {
-            GroupBaseline::GrpoStd
-        } else {
-            GroupBaseline::MeanOnly
-        };
-        let a = group_advantages(comp, group_ids, baseline)?.per_sequence;
-        let w = weights.map_or(1.0, |w| f64::from(w[k]));
-        for i in 0..b {
-            total[i] += w * f64::from(a[i]);
-        }
-    }
-    let total: Vec<f32> = total.iter().map(|&v| v as f32).collect();
-    let per_token = broadcast_to_tokens(&total, mask)?;
-    returns::masked_whiten(&per_token, mask, true)
-}
-
-/// Pass@k advantage (Chen et al. 2025, "Pass@k Training for Adaptively Balancing Exploration
-/// and Exploitation", arXiv:2503.19595 as cited by verl; verl
-/// `compute_grpo_passk_outcome_advantage`): in each group only the best response gets a
-/// non-zero advantage, `A = R_max − R_second`, divided by `std_g R + 1e-6` (unbiased std)
-/// when `norm_by_std`. Ties for the maximum go to the first one in batch order. Groups need
-/// at least 2 members (verl raises, so does this).
-pub fn grpo_passk_advantages(
-    rewards: &[f32],
-    group_ids: &[usize],
-    norm_by_std: bool,
-) -> Result<Vec<f32>> {
-    const F: &str = "grpo_passk_advantages";
-    let gs = groups(F, rewards, group_ids)?;
-    let mut out = vec![0.0f32; rewards.len()];
-    for g in &gs {
-        if g.len() < 2 {
-            return Err(RlError::invalid(
-                F,
-                "group_ids",
-                format!(
-                    "pass@k needs at least 2 samples per group, group of sequence {} has 1",
-                    g[0]
-                ),
-            ));
-        }
-        let mut order = g.clone();
-        // Stable sort, descending: ties keep batch order.
-        order.sort_by(|&a, &b| rewards[b].total_cmp(&rewards[a]));
-        let (best, second) = (order[0], order[1]);
-        let mut adv = f64::from(rewards[best]) - f64::from(rewards[second]);
-        if norm_by_std {
-            let k = g.len() as f64;
-            let mean = g.iter().map(|&i| f64::from(rewards[i])).sum::<f64>() / k;
-            let var = g
-                .iter()
-                .map(|&i| (f64::from(rewards[i]) - mean).powi(2))
-                .sum::<f64>()
-                / (k - 1.0);
-            adv /= var.sqrt() + f64::from(GROUP_STD_EPS);
-        }
-        out[best] = adv as f32;
-    }
-    Ok(out)
-}
-
 /// Inputs of the optimal token baselines, all `[B, T]` except `group_ids`.
 #[derive(Debug, Clone, Copy)]
 pub struct OtbInputs<'a> {
@@ -265,7 +112,7 @@ pub struct OtbInputs<'a> {
     pub group_ids: &'a [usize],
     /// `log π_old` of the sampled tokens (verl `old_log_probs`).
     pub old_log_probs: &'a Tensor,
-    /// `Σ_v π_old(v)²` per position, from [`crate::sum_pi_squared`] on the old logits.
+    /// `Σ_v π_old(v)²` per position, from [`crate::entropy::sum_pi_squared`] on the old logits.
     pub sum_pi_squared: &'a Tensor,
     /// Optional rollout IS weights `ρ̄_t`; `w_t` is multiplied by `ρ̄_t²`.
     pub rollout_is_weights: Option<&'a Tensor>,

@@ -1,6 +1,7 @@
 # agentrl verdict tree: every hidden case of one verdict, from one warm interpreter.
 #
-# Runs as the program of ONE sandboxed job (every containment layer already applied by the
+# Embedded after fork.py (its `raw_fork`, the fork helper the worker uses too). Runs as the
+# program of ONE sandboxed job (every containment layer already applied by the
 # executor). `_tree()` binds the helpers it needs and takes a copy of the pristine builtins
 # before any code under test runs: in a fresh interpreter as `__main__`; on the pool, once in
 # each fork server at its start (worker.py `_load_verdict_tree`, which also runs `warm_up` so
@@ -33,40 +34,11 @@
 #
 # Stdin: {"modules": [import names], "result_cap": bytes, "cases": [{"setup": str,
 #         "parts": [str], "unwrap": bool, "in_sandbox": null | {"skeleton": str | null,
-#         "check": str | null}, "wall_s": float, "cpu_s": int}]}
+#         "check": str | null}, "time_limit_s": float, "cpu_s": int}]}
 import sys
 
 sys.dont_write_bytecode = True
 import builtins, gc, importlib, json, math, os, resource, select, signal, time
-
-
-def raw_fork():
-    """libc's fork(), called with the GIL held, or os.fork where ctypes is missing.
-
-    os.fork runs CPython's at-fork machinery in both processes (it re-initialises the runtime's
-    locks and thread states and runs every os.register_at_fork hook); in a case process that
-    costs about 180 copy-on-write page faults and 1 ms of CPU, more than the case itself
-    (measured: 600 forks + _exit of a plain python3, children's minor faults 142,990 with
-    os.fork against 33,600). This process forks from its main thread, so the child's one
-    thread is the main thread CPython knows; threads the code under test started at import
-    do not exist in the child (as after any fork), and a case that waits on them waits on its
-    own time limit."""
-    try:
-        import ctypes
-
-        libc_fork = ctypes.PyDLL(None).fork
-        libc_fork.restype = ctypes.c_int
-        libc_fork.argtypes = []
-    except BaseException:
-        return os.fork
-
-    def fork():
-        pid = libc_fork()
-        if pid < 0:
-            raise OSError(ctypes.get_errno(), "fork failed")
-        return pid
-
-    return fork
 
 
 def _tree(type=type, repr=repr, str=str, len=len, dict=dict, list=list, tuple=tuple, set=set,
@@ -387,7 +359,7 @@ def _tree(type=type, repr=repr, str=str, len=len, dict=dict, list=list, tuple=tu
             poller.register(exited, POLLIN)
             data, seen, truncated = bytearray(), 0, False
             reading, status, timed_out = True, None, False
-            deadline = start + case["wall_s"]
+            deadline = start + case["time_limit_s"]
             while reading or status is None:
                 remaining = deadline - monotonic()
                 if remaining <= 0:

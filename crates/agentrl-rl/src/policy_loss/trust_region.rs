@@ -1,12 +1,14 @@
-//! The rest of verl's policy-loss registry: SAPO, GMPO (`geo_mean`), DPPO (TV and binary-KL
-//! trust regions), the GPG loss, DRO, and bypass mode (rollout correction inside the loss)
-//! (verl `trainer/ppo/core_algos.py`, `register_policy_loss`).
+//! Policy losses that bound the update otherwise than by PPO's hard clip: SAPO (a soft,
+//! temperature-controlled gate), GMPO (`geo_mean`, a geometric mean of clipped token ratios),
+//! DPPO (a trust region on the sampled token's divergence, TV or binary KL), DRO (a quadratic
+//! log-ratio penalty) and GPG (no bound at all) (verl `trainer/ppo/core_algos.py`,
+//! `register_policy_loss`).
 //!
-//! Same contract as [`crate::policy_loss`]: `[B, T]` inputs, a minimised scalar, masked
-//! tokens get exactly zero gradient, optional detached `token_weights` (verl
-//! `rollout_is_weights`) multiply the per-token loss. Each returns verl's metrics under verl's
-//! keys in [`PolicyLossOutput::metrics`]. None of these is in ALGORITHMS.md; each doc comment
-//! states its formula and its paper.
+//! Same place in the data flow and same contract as [`super::clip`] ([`super::contract`]):
+//! `[B, T]` inputs, a minimised scalar, masked tokens get exactly zero gradient, optional
+//! detached `token_weights` (verl `rollout_is_weights`) multiply the per-token loss. Each
+//! returns verl's metrics under verl's keys in [`PolicyLossOutput::metrics`]. None of these is
+//! in ALGORITHMS.md; each doc comment states its formula and its paper.
 //!
 //! Degenerate settings (tested as properties): at `π_θ = π_old`, the *gradients* of SAPO,
 //! DPPO, GPG and DRO equal vanilla PG's (`−Â ∇log π_θ`, aggregated the same way), and GMPO
@@ -15,56 +17,14 @@
 use std::collections::BTreeMap;
 
 use candle_core::Tensor;
-use serde::{Deserialize, Serialize};
 
+use super::contract::{
+    check, check_clip, finish, host_rows, masked_frac, positive, token_ratio, verl_metrics,
+    with_metrics, PolicyLossDiagnostics, PolicyLossInputs, PolicyLossOutput,
+};
 use crate::aggregation::{AggMode, AggScale};
 use crate::checks;
-use crate::error::{Result, RlError};
-use crate::policy_loss::{
-    check, check_clip, finish, masked_frac, ppo_clip_loss, token_ratio, Checked,
-    PolicyLossDiagnostics, PolicyLossInputs, PolicyLossOutput,
-};
-use crate::rollout_corr::{rollout_correction_and_rejection, RolloutCorrectionSpec};
-
-/// verl's three policy-loss metrics.
-fn verl_metrics(clipfrac: f32, ppo_kl: f32, clipfrac_lower: f32) -> BTreeMap<String, f64> {
-    BTreeMap::from([
-        ("actor/pg_clipfrac".to_string(), f64::from(clipfrac)),
-        ("actor/ppo_kl".to_string(), f64::from(ppo_kl)),
-        (
-            "actor/pg_clipfrac_lower".to_string(),
-            f64::from(clipfrac_lower),
-        ),
-    ])
-}
-
-type HostRows = Vec<Vec<f32>>;
-
-/// `(log π_θ, log π_old, Â)` as host rows.
-fn host_rows(x: &PolicyLossInputs<'_>) -> Result<(HostRows, HostRows, HostRows)> {
-    Ok((
-        checks::rows(x.log_probs)?,
-        checks::rows(x.old_log_probs)?,
-        checks::rows(x.advantages)?,
-    ))
-}
-
-fn positive(func: &'static str, arg: &'static str, v: f64) -> Result<()> {
-    if v > 0.0 && v.is_finite() {
-        Ok(())
-    } else {
-        Err(RlError::invalid(
-            func,
-            arg,
-            format!("must be finite and > 0, got {v}"),
-        ))
-    }
-}
-
-fn with_metrics(mut out: PolicyLossOutput, metrics: BTreeMap<String, f64>) -> PolicyLossOutput {
-    out.metrics = metrics;
-    out
-}
+use crate::error::Result;
 
 /// SAPO, soft adaptive policy optimisation (Gao et al. 2025, arXiv:2511.20347; verl
 /// `compute_policy_loss_sapo`): a smooth, temperature-controlled gate replaces the hard clip,
@@ -311,7 +271,7 @@ pub fn dppo_loss(
 
 /// GPG loss (Chu et al. 2025, arXiv:2504.02546; verl `compute_policy_loss_gpg`): plain
 /// REINFORCE on the log-prob, `ℓ = −Â · log π_θ`, no ratio and no clip. Pair it with
-/// [`crate::gpg_advantages`]. verl returns no metrics for it; neither does this.
+/// [`crate::advantages::group::gpg_advantages`]. verl returns no metrics for it; neither does this.
 pub fn gpg_loss(
     x: &PolicyLossInputs<'_>,
     agg: AggMode,
@@ -365,86 +325,4 @@ pub fn dro_loss(
         out,
         BTreeMap::from([("actor/ppo_kl".to_string(), f64::from(kl))]),
     ))
-}
-
-/// The surrogate of bypass mode (verl `rollout_correction.loss_type`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BypassLossType {
-    /// PPO clip on `r = π_θ/π_rollout` (with verl's dual clip); IS weights are computed for
-    /// the metrics but *not* applied (the ratio already is the IS correction).
-    PpoClip,
-    /// REINFORCE with explicit IS weights: `ℓ = −Â · w · log π_θ`.
-    Reinforce,
-}
-
-/// verl's bypass mode (verl `compute_policy_loss_bypass_mode`, `docs/algo/rollout_corr_math.md`;
-/// ALGORITHMS.md §13 "its bypass mode sets π_old = π_rollout"): the trainer skips the old-policy
-/// forward pass and passes the engine's log-probs as `x.old_log_probs`. Inside the loss:
-///
-/// 1. IS weights and the rejection mask from [`rollout_correction_and_rejection`] with
-///    `π_train = sg(π_θ)` (the *current* policy) and `π_rollout = x.old_log_probs`;
-/// 2. the loss on the rejection-modified mask: `ppo_clip` = [`ppo_clip_loss`] with dual clip
-///    `clip_ratio_c` (verl default 3.0) and no IS weights, or `reinforce` =
-///    `−Â · sg(w) · log π_θ` (w = 1 without `rollout_is`).
-///
-/// `x.token_weights` is ignored (verl ignores `rollout_is_weights` here). Metrics: the
-/// surrogate's plus every `rollout_corr/…` metric; `actor/ppo_kl` is `mean(log π_rollout −
-/// log π_θ)` over the modified mask.
-#[allow(clippy::too_many_arguments)]
-pub fn bypass_mode_loss(
-    x: &PolicyLossInputs<'_>,
-    loss_type: BypassLossType,
-    clip_low: f64,
-    clip_high: f64,
-    clip_ratio_c: f64,
-    correction: &RolloutCorrectionSpec,
-    agg: AggMode,
-    scale: &AggScale,
-) -> Result<PolicyLossOutput> {
-    const F: &str = "bypass_mode_loss";
-    check(F, x)?;
-    let rc = rollout_correction_and_rejection(
-        &x.log_probs.detach(),
-        x.old_log_probs,
-        x.mask,
-        correction,
-    )?;
-    let masked = PolicyLossInputs {
-        mask: &rc.mask,
-        token_weights: None,
-        ..*x
-    };
-    let mut out = match loss_type {
-        BypassLossType::PpoClip => {
-            let out = ppo_clip_loss(&masked, clip_low, clip_high, Some(clip_ratio_c), agg, scale)?;
-            let d = out.diagnostics;
-            let m = verl_metrics(d.clipfrac, d.approx_kl, d.dual_clipfrac);
-            with_metrics(out, m)
-        }
-        BypassLossType::Reinforce => {
-            let c: Checked = check(F, &masked)?;
-            let ratio = token_ratio(x.log_probs, x.old_log_probs)?;
-            let mut per_token = x.log_probs.mul(&x.advantages.detach())?.neg()?;
-            if let Some(w) = &rc.weights {
-                per_token = per_token.mul(w)?;
-            }
-            let out = finish(
-                &masked,
-                &c,
-                per_token,
-                &ratio,
-                PolicyLossDiagnostics::default(),
-                agg,
-                scale,
-            )?;
-            let kl = out.diagnostics.approx_kl;
-            with_metrics(
-                out,
-                BTreeMap::from([("actor/ppo_kl".to_string(), f64::from(kl))]),
-            )
-        }
-    };
-    out.metrics.extend(rc.metrics);
-    Ok(out)
 }

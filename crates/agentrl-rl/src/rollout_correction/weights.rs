@@ -1,10 +1,12 @@
-//! Off-policy correction for the inference-engine / trainer mismatch: TIS, MIS (token,
-//! sequence, geometric), IcePop, and the mismatch metrics (ALGORITHMS.md §13).
+//! Importance weights as ALGORITHMS.md §13 writes them: TIS (truncated), MIS (token, sequence
+//! or geometric level) and IcePop, chosen by [`RolloutCorrection`], and the mismatch metrics
+//! that show how far the engine drifted from the trainer.
 //!
-//! Data flow: the engine's sampling log-probs `log π_rollout` and the trainer's recomputation
-//! with the same weights `log π_old`, both `[B, T]` → detached per-token weights `w` (0 on
-//! masked tokens) → [`crate::policy_loss::PolicyLossInputs::token_weights`], which multiplies
-//! them into the per-token policy loss before aggregation. `ρ_t = π_old/π_rollout`.
+//! Where it sits: the engine's sampling log-probs `log π_rollout` and the trainer's
+//! recomputation with the same weights `log π_old`, both `[B, T]` → detached per-token weights
+//! `w` (0 on masked tokens) → [`crate::policy_loss::PolicyLossInputs::token_weights`], which
+//! multiplies them into the per-token policy loss before aggregation. `ρ_t = π_old/π_rollout`.
+//! verl's configured form of the same correction (with rejection) is [`super::apply`].
 
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
@@ -40,7 +42,7 @@ pub enum RolloutCorrection {
     },
     /// Masked IS. Orientation: `low`/`high` bound `ρ = π_train/π_rollout` (agentrl's
     /// convention). verl's `token_k1` / `seq_*_k1` strings bound the reciprocal
-    /// `π_rollout/π_train`; use [`crate::RolloutCorrectionConfig`] for verl's meaning.
+    /// `π_rollout/π_train`; use [`super::config::RolloutCorrectionConfig`] for verl's meaning.
     Mis {
         /// Token, sequence or geometric level.
         level: MisLevel,
@@ -189,7 +191,7 @@ pub fn tis_weights(
 /// Orientation: `[low, high]` bounds `ρ = π_train/π_rollout`. verl's `k1` rejection strings
 /// (`token_k1` at `"lo_hi"`) bound `π_rollout/π_train` instead; with `"0.5_1.5"` verl keeps
 /// `1/1.5 ≤ ρ ≤ 2` where this keeps `0.5 ≤ ρ ≤ 1.5`. For verl's meaning use
-/// [`crate::rollout_correction_and_rejection`].
+/// [`super::apply::rollout_correction_and_rejection`].
 pub fn mis_weights(
     train_log_probs: &Tensor,
     rollout_log_probs: &Tensor,
