@@ -83,6 +83,20 @@ impl Tool {
         }
     }
 
+    /// Every tool, each with its JSON Schema ([`Tool::input_schema`]) under `schema_key`:
+    /// `input_schema` for OpenEnv's observations and ORS, `inputSchema` for MCP.
+    pub fn list_with_schemas(schema_key: &str) -> Vec<serde_json::Value> {
+        Tool::ALL
+            .into_iter()
+            .map(|tool| {
+                let mut spec =
+                    serde_json::json!({ "name": tool.name(), "description": tool.description() });
+                spec[schema_key] = tool.input_schema();
+                spec
+            })
+            .collect()
+    }
+
     /// The JSON Schema of the tool's arguments (an object). `edit` takes one of four argument
     /// forms, written as an `anyOf` of `required` sets. The one definition: the chat template's
     /// tools (agentrl-chat), OpenEnv's and ORS's tool lists (`agentrl gym serve`) use it.

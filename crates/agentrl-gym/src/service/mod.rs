@@ -10,6 +10,8 @@
 pub mod access;
 pub mod client;
 #[cfg(feature = "service")]
+pub mod episodes;
+#[cfg(feature = "service")]
 pub mod http;
 #[cfg(feature = "service")]
 pub mod openenv;
@@ -22,7 +24,9 @@ pub mod wire;
 pub use access::AccessRule;
 pub use client::{FleetConfig, GymFleet, RemoteCounts, RemoteEnv, RemoteGymError};
 #[cfg(feature = "service")]
-pub use server::{GymServeOptions, GymServer};
+pub use episodes::GymServeOptions;
+#[cfg(feature = "service")]
+pub use server::GymServer;
 
 use crate::env::{BugFixEnv, GymError};
 use crate::types::{Action, Env, Observation, Step};

@@ -38,33 +38,16 @@ use axum::Router;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::server::{self, blocking, json_response, lock, HttpError, Shared};
+use super::episodes::{self, blocking, json_response, lock, HttpError, Session, Shared};
 use super::wire::{StartRequest, StepRequest, StepResponse};
 use crate::render::render_text;
 use crate::task::Split;
 use crate::types::{Action, Observation, Tool, ToolCall};
 
-/// An OpenEnv session: its episode, if reset. A WebSocket without `?session_id=` makes one
-/// for its lifetime; `openenv/session/create` (MCP over HTTP, what `MCPToolClient` does) makes
-/// one that a WebSocket then attaches to, closed by `openenv/session/close` or the reaper.
-pub(crate) struct OpenEnvSession {
-    episode: Option<String>,
-    last_used: Instant,
-    /// A WebSocket is attached (the reaper leaves it alone; the socket's own time-out rules).
-    attached: bool,
-}
-
-/// Closes the sessions idle past the idle time-out (none with a socket attached), and their
-/// episodes.
-pub(crate) fn reap(shared: &Shared) {
-    let timeout = shared.options.idle_timeout;
-    server::reap_sessions(
-        shared,
-        &shared.openenv,
-        |s| !s.attached && s.last_used.elapsed() > timeout,
-        |s| s.episode,
-    );
-}
+// An OpenEnv session ([`Session`]): its episode, if reset. A WebSocket without
+// `?session_id=` makes one for its lifetime; `openenv/session/create` (MCP over HTTP, what
+// `MCPToolClient` does) makes one that a WebSocket then attaches to, closed by
+// `openenv/session/close` or the reaper.
 
 /// A new session, or `CAPACITY_REACHED` (as an [`HttpError`] 429) past `max_episodes`.
 fn open_session(shared: &Shared, attached: bool) -> Result<String, HttpError> {
@@ -84,14 +67,7 @@ fn open_session(shared: &Shared, attached: bool) -> Result<String, HttpError> {
         rand::random::<u64>(),
         rand::random::<u64>()
     );
-    sessions.insert(
-        id.clone(),
-        OpenEnvSession {
-            episode: None,
-            last_used: Instant::now(),
-            attached,
-        },
-    );
+    sessions.insert(id.clone(), Session::new(attached));
     Ok(id)
 }
 
@@ -99,7 +75,7 @@ fn open_session(shared: &Shared, attached: bool) -> Result<String, HttpError> {
 async fn close_session(shared: &Arc<Shared>, id: &str) {
     let removed = lock(&shared.openenv).remove(id);
     if let Some(episode) = removed.and_then(|s| s.episode) {
-        let _ = blocking(shared, move |s| server::close(s, &episode)).await;
+        let _ = blocking(shared, move |s| episodes::close(s, &episode)).await;
     }
 }
 
@@ -227,23 +203,10 @@ fn step_payload(tool: &str, answer: &StepResponse) -> Value {
 
 fn tools_payload() -> Value {
     json!({
-        "observation": { "tools": tool_list("input_schema") },
+        "observation": { "tools": Tool::list_with_schemas("input_schema") },
         "reward": null,
         "done": false,
     })
-}
-
-/// The tools, each with its JSON Schema under `schema_key` (`input_schema` for OpenEnv's
-/// observations and ORS, `inputSchema` for MCP).
-pub(crate) fn tool_list(schema_key: &str) -> Vec<Value> {
-    Tool::ALL
-        .into_iter()
-        .map(|tool| {
-            let mut spec = json!({ "name": tool.name(), "description": tool.description() });
-            spec[schema_key] = tool.input_schema();
-            spec
-        })
-        .collect()
 }
 
 /// An OpenEnv action: `list_tools`, or a `call_tool` that becomes the gym's action.
@@ -285,7 +248,7 @@ async fn act(shared: &Arc<Shared>, id: &str, action: OpenEnvAction) -> Result<Va
             let id = id.to_string();
             let tool = name.clone();
             let answer = blocking(shared, move |s| {
-                server::step(
+                episodes::step(
                     s,
                     &id,
                     StepRequest {
@@ -303,8 +266,8 @@ async fn act(shared: &Arc<Shared>, id: &str, action: OpenEnvAction) -> Result<Va
 /// Starts the episode a reset names: its id and its payload.
 async fn reset(shared: &Arc<Shared>, data: ResetData) -> Result<(String, Value), HttpError> {
     let request = start_request(shared, data)?;
-    let started = blocking(shared, move |s| server::start(s, request)).await?;
-    let (_, _, max_turns) = server::episode_info(shared, &started.episode_id)?;
+    let started = blocking(shared, move |s| episodes::start(s, request)).await?;
+    let (_, _, max_turns) = episodes::episode_info(shared, &started.episode_id)?;
     let payload = reset_payload(&started.episode_id, &started, max_turns);
     Ok((started.episode_id, payload))
 }
@@ -314,7 +277,7 @@ fn state(shared: &Shared, id: Option<&str>) -> Result<Value, HttpError> {
     let Some(id) = id else {
         return Ok(json!({ "episode_id": null, "step_count": 0 }));
     };
-    let (state, _, max_turns) = server::episode_info(shared, id)?;
+    let (state, _, max_turns) = episodes::episode_info(shared, id)?;
     Ok(json!({
         "episode_id": state.episode_id,
         "step_count": state.turn,
@@ -403,7 +366,7 @@ fn schema() -> Value {
                 "reward": {"type": ["number", "null"]}
             }
         },
-        "tools": tool_list("input_schema"),
+        "tools": Tool::list_with_schemas("input_schema"),
     })
 }
 
@@ -439,11 +402,11 @@ fn openapi() -> Value {
 
 async fn reset_route(State(shared): State<Arc<Shared>>, request: Body) -> Response {
     let result = async {
-        let bytes = server::body(&shared, request).await?;
+        let bytes = episodes::body(&shared, request).await?;
         let data: ResetData = if bytes.iter().all(u8::is_ascii_whitespace) {
             ResetData::default()
         } else {
-            server::parse(&bytes)?
+            episodes::parse(&bytes)?
         };
         reset(&shared, data).await
     }
@@ -467,8 +430,8 @@ struct StepBody {
 
 async fn step_route(State(shared): State<Arc<Shared>>, request: Body) -> Response {
     let result = async {
-        let bytes = server::body(&shared, request).await?;
-        let body: StepBody = server::parse(&bytes)?;
+        let bytes = episodes::body(&shared, request).await?;
+        let body: StepBody = episodes::parse(&bytes)?;
         let id = body.episode_id.ok_or_else(|| {
             HttpError::new(
                 400,
@@ -530,7 +493,7 @@ async fn mcp(shared: &Arc<Shared>, request: &Value, session: Option<&str>) -> Va
             "capabilities": {"tools": {}},
             "serverInfo": {"name": "agentrl-bugfix", "version": env!("CARGO_PKG_VERSION")}
         }),
-        "tools/list" => json!({ "tools": tool_list("inputSchema") }),
+        "tools/list" => json!({ "tools": Tool::list_with_schemas("inputSchema") }),
         "openenv/session/create" => match open_session(shared, false) {
             Ok(session_id) => json!({ "session_id": session_id }),
             Err(e) => return rpc_error(id, -32000, e.message),
@@ -590,7 +553,7 @@ async fn mcp(shared: &Arc<Shared>, request: &Value, session: Option<&str>) -> Va
 }
 
 async fn mcp_route(State(shared): State<Arc<Shared>>, request: Body) -> Response {
-    let answer = match server::body(&shared, request).await {
+    let answer = match episodes::body(&shared, request).await {
         Err(e) => return e.into_response(),
         Ok(bytes) => match serde_json::from_slice::<Value>(&bytes) {
             Ok(request) => mcp(&shared, &request, None).await,
@@ -612,7 +575,7 @@ async fn ws_route(
     Query(query): Query<WsQuery>,
     ws: WebSocketUpgrade,
 ) -> Response {
-    ws.max_message_size(server::MAX_BODY)
+    ws.max_message_size(episodes::MAX_BODY)
         .on_upgrade(move |socket| session(shared, socket, query.session_id))
 }
 
@@ -720,13 +683,13 @@ async fn on_message(shared: &Arc<Shared>, kind: &str, message: &Value, id: &str)
                     .get_mut(id)
                     .and_then(|s| s.episode.take());
                 if let Some(previous) = previous {
-                    let _ = blocking(shared, move |s| server::close(s, &previous)).await;
+                    let _ = blocking(shared, move |s| episodes::close(s, &previous)).await;
                 }
                 let (episode, payload) = reset(shared, data).await?;
                 match lock(&shared.openenv).get_mut(id) {
                     Some(s) => s.episode = Some(episode),
                     None => {
-                        let _ = server::close(shared, &episode);
+                        let _ = episodes::close(shared, &episode);
                         return Err(HttpError::new(404, "the session was closed"));
                     }
                 }

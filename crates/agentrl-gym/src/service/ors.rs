@@ -33,7 +33,7 @@ use axum::Router;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::server::{self, blocking, lock, HttpError, Shared};
+use super::episodes::{self, blocking, lock, HttpError, Session, Shared};
 use super::wire::{StartRequest, StepRequest};
 use crate::render::render_text;
 use crate::task::{Split, Task};
@@ -41,12 +41,6 @@ use crate::types::{Action, ToolCall};
 
 /// The one environment's name.
 pub const ENV_NAME: &str = "bugfix";
-
-/// An ORS session: the episode it started, if any.
-pub(crate) struct OrsSession {
-    episode: Option<String>,
-    last_used: Instant,
-}
 
 /// The routes, at the root.
 pub(crate) fn router() -> Router<Arc<Shared>> {
@@ -82,17 +76,6 @@ pub(crate) fn router() -> Router<Arc<Shared>> {
         "call" => post(call, call_named),
     }
     router
-}
-
-/// Closes the sessions idle for longer than the idle time-out, and their episodes.
-pub(crate) fn reap(shared: &Shared) {
-    let timeout = shared.options.idle_timeout;
-    server::reap_sessions(
-        shared,
-        &shared.ors,
-        |s| s.last_used.elapsed() > timeout,
-        |s| s.episode,
-    );
 }
 
 type Answer = Result<Response, HttpError>;
@@ -158,7 +141,7 @@ fn task_spec(task: &Task) -> Value {
 
 /// The request body as `T`, read under the read time-out.
 async fn body<T: serde::de::DeserializeOwned>(shared: &Shared, body: Body) -> Result<T, HttpError> {
-    server::parse(&server::body(shared, body).await?)
+    episodes::parse(&episodes::body(shared, body).await?)
 }
 
 /// The session a request names in `X-Session-ID`.
@@ -252,13 +235,7 @@ async fn ping(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response
 
 async fn create_session(State(shared): State<Arc<Shared>>) -> Response {
     let sid = fresh_id("ors");
-    lock(&shared.ors).insert(
-        sid.clone(),
-        OrsSession {
-            episode: None,
-            last_used: Instant::now(),
-        },
-    );
+    lock(&shared.ors).insert(sid.clone(), Session::new(false));
     sse(&[("task_id", sid), ("end", String::new())])
 }
 
@@ -351,7 +328,7 @@ async fn create(State(shared): State<Arc<Shared>>, headers: HeaderMap, request: 
                 max_turns,
                 reward: None,
             };
-            let started = blocking(&shared, move |s| server::start(s, request)).await?;
+            let started = blocking(&shared, move |s| episodes::start(s, request)).await?;
             let mut sessions = lock(&shared.ors);
             match sessions.get_mut(&sid) {
                 Some(session) => {
@@ -361,7 +338,7 @@ async fn create(State(shared): State<Arc<Shared>>, headers: HeaderMap, request: 
                 None => {
                     // Deleted meanwhile: the episode goes with it.
                     drop(sessions);
-                    let _ = server::close(&shared, &started.episode_id);
+                    let _ = episodes::close(&shared, &started.episode_id);
                     return Err(HttpError::new(404, format!("session {sid:?} was deleted")));
                 }
             }
@@ -377,7 +354,7 @@ async fn delete(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Respon
             let sid = session_id(&headers)?;
             let removed = lock(&shared.ors).remove(&sid);
             if let Some(id) = removed.and_then(|s| s.episode) {
-                let _ = blocking(&shared, move |s| server::close(s, &id)).await;
+                let _ = blocking(&shared, move |s| episodes::close(s, &id)).await;
             }
             json(json!({ "sid": sid }))
         }
@@ -387,7 +364,7 @@ async fn delete(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Respon
 
 fn tools_value() -> Value {
     json!({
-        "tools": super::openenv::tool_list("input_schema"),
+        "tools": crate::types::Tool::list_with_schemas("input_schema"),
         "terminal_tool": null,
         "supports_score_group": false,
         "message_block_types": ["text"],
@@ -503,7 +480,7 @@ async fn task_range(State(shared): State<Arc<Shared>>, request: Body) -> Respons
 /// `detail` (files, candidates) for clients that act on structure.
 fn prompt_block(shared: &Shared, headers: &HeaderMap) -> Result<Value, HttpError> {
     let episode = session_episode(shared, headers)?;
-    let (_, first, _) = server::episode_info(shared, &episode)?;
+    let (_, first, _) = episodes::episode_info(shared, &episode)?;
     Ok(json!({
         "type": "text",
         "text": render_text(&first),
@@ -542,7 +519,7 @@ async fn call(State(shared): State<Arc<Shared>>, headers: HeaderMap, request: Bo
             if let Some(token) = call.task_id {
                 return Ok(sse(&[("error", format!("unknown task_id {token:?}: calls are not resumable here"))]));
             }
-            let (state, _, _) = server::episode_info(&shared, &episode)?;
+            let (state, _, _) = episodes::episode_info(&shared, &episode)?;
             if state.done {
                 let output = json!({"ok": false, "error": "the episode is over: no call is \
                                     applied after submit or the turn limit", "reason": "episode_finished"});
@@ -557,7 +534,7 @@ async fn call(State(shared): State<Arc<Shared>>, headers: HeaderMap, request: Bo
                 turn: None,
             };
             let id = episode.clone();
-            match blocking(&shared, move |s| server::step(s, &id, request)).await {
+            match blocking(&shared, move |s| episodes::step(s, &id, request)).await {
                 Ok(answer) => {
                     let step = &answer.step;
                     let mut metadata = json!({
