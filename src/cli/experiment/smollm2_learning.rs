@@ -191,6 +191,7 @@ fn run(args: &ExperimentArgs, out: &Path) -> anyhow::Result<()> {
     }
     let metrics = grpo_metrics(out, &args.seeds)?;
     let (body, verdict) = judge(&results, &metrics);
+    let body = format!("{}{body}", setup_line()?);
     let figures = figures(out, &metrics)?;
     let result = ResultDoc {
         name: EXPERIMENT.name,
@@ -216,6 +217,40 @@ fn run(args: &ExperimentArgs, out: &Path) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64(),
         args.seeds.len() * STAGES.len(),
     )
+}
+
+/// What the record's numbers came from: the model file, by the sha256 that
+/// `scripts/fetch_smollm2.sh` checks (the numbers hold for that file only), and the CPU that
+/// ran it (the stage times hold for that CPU only; whether it has AVX-512 and AMX decides
+/// which kernels ran).
+fn setup_line() -> anyhow::Result<String> {
+    use sha2::Digest as _;
+    let path = agentrl_chat::assets::resolve_model_path(agentrl_chat::assets::SMOLLM2_ALIAS)
+        .map_err(anyhow::Error::msg)?;
+    let mut file =
+        std::fs::File::open(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut hasher = sha2::Sha256::new();
+    std::io::copy(&mut file, &mut hasher).with_context(|| format!("reading {}", path.display()))?;
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cpu = cpuinfo
+        .lines()
+        .find_map(|line| Some(line.strip_prefix("model name")?.split(':').nth(1)?.trim()))
+        .unwrap_or("unknown CPU");
+    let flags: Vec<&str> = cpuinfo
+        .lines()
+        .find_map(|line| line.strip_prefix("flags")?.split(':').nth(1))
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let has = |flag: &str| if flags.contains(&flag) { "yes" } else { "no" };
+    Ok(format!(
+        "Model file: `{}`, sha256 `{:x}`. CPU: {cpu} ({} threads; AVX-512 {}, AMX {}).\n\n",
+        path.file_name().unwrap_or_default().to_string_lossy(),
+        hasher.finalize(),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        has("avx512f"),
+        has("amx_tile"),
+    ))
 }
 
 /// The stage's result: read back from its folder when it finished earlier, trained otherwise.
@@ -395,35 +430,17 @@ fn judge(results: &[Vec<StageResult>], metrics: &GrpoMetrics) -> (String, String
                 }
             })
             .collect();
-        let entropy = |last: bool| {
-            over(runs, |(_, l)| {
-                let (a, b) = first_last(l, names::ENTROPY);
-                if last {
-                    b
-                } else {
-                    a
-                }
-            })
-        };
-        let length = |last: bool| {
-            over(runs, |(_, l)| {
-                let (a, b) = first_last(l, names::RESPONSE_LENGTH_MEAN);
-                if last {
-                    b
-                } else {
-                    a
-                }
-            })
-        };
+        let first = |metric| over(runs, |(_, l)| first_last(l, metric).0);
+        let last = |metric| over(runs, |(_, l)| first_last(l, metric).1);
         body.push_str(&format!(
             "| {} | {} | {} | {} → {} | {} → {} | {} | {} |\n",
             stage.label,
             over(runs, |(_, l)| run_mean(l, names::RETOKENIZATION_DRIFT)).show(),
             gap(over(runs, |(_, l)| run_mean(l, names::MISMATCH))),
-            entropy(false).show(),
-            entropy(true).show(),
-            length(false).show(),
-            length(true).show(),
+            first(names::ENTROPY).show(),
+            last(names::ENTROPY).show(),
+            first(names::RESPONSE_LENGTH_MEAN).show(),
+            last(names::RESPONSE_LENGTH_MEAN).show(),
             over(runs, |(_, l)| run_mean(l, names::HACKING_RATE)).show(),
             doctor.join("; "),
         ));
@@ -569,5 +586,22 @@ mod tests {
         config.validated().unwrap();
         assert_eq!(config.train.format_warmup_steps, 0);
         assert_eq!(config.sft.lr, config.train.format_warmup_lr);
+    }
+
+    #[test]
+    fn the_record_names_the_model_files_sha256_and_the_cpu() {
+        let Some(_) = agentrl_chat::assets::smollm2_gguf_for_tests() else {
+            return;
+        };
+        let line = setup_line().unwrap();
+        // The sha256 `scripts/fetch_smollm2.sh` checks the file against.
+        let script = include_str!("../../../scripts/fetch_smollm2.sh");
+        let expected = script
+            .lines()
+            .find_map(|l| l.strip_prefix("GGUF_SHA256=\""))
+            .and_then(|rest| rest.strip_suffix('"'))
+            .unwrap();
+        assert!(line.contains(&format!("sha256 `{expected}`")), "{line}");
+        assert!(line.contains("CPU: ") && line.contains("AVX-512"), "{line}");
     }
 }
