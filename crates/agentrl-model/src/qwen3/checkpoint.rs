@@ -20,7 +20,7 @@ use anyhow::{bail, Context, Result};
 use candle_core::backprop::GradStore;
 use candle_core::{Tensor, Var};
 
-use super::model::{causal_mask, ForwardMode, Qwen3};
+use super::model::{ForwardMode, Qwen3};
 use crate::policy::PendingGradients;
 
 /// The decoder layers' part of a checkpointed backward pass: each layer's saved input and the
@@ -61,18 +61,7 @@ impl Qwen3 {
         ids: &Tensor,
         positions: &Tensor,
     ) -> Result<(Tensor, CheckpointedLayers)> {
-        let (batch, seq) = ids
-            .dims2()
-            .context("Qwen3 input ids must have shape [batch, seq]")?;
-        if seq == 0 {
-            bail!("Qwen3 input has no tokens");
-        }
-        let (cos, sin) = self.rotary_tables(0, seq)?;
-        let mask = if seq > 1 {
-            Some(causal_mask(seq, 0, self.dtype, &self.device)?)
-        } else {
-            None
-        };
+        let (batch, seq, (cos, sin), mask) = self.layer_inputs(ids, 0)?;
         let mut hidden = self.embed(&ids.flatten_all()?)?.detach();
         let mut inputs = Vec::with_capacity(self.layers.len());
         for layer in &self.layers {

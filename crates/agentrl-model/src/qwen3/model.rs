@@ -761,6 +761,30 @@ impl Qwen3 {
         self.project_to_vocab(&hidden.index_select(positions, 0)?, ForwardMode::Train)
     }
 
+    /// What every decoder layer of one forward pass over `ids: [B, T]` shares, with the
+    /// sequence starting at `offset` (the tokens already in a KV cache): the shape, the rotary
+    /// tables at its positions, and the causal mask (none for a single token).
+    #[allow(clippy::type_complexity)]
+    pub(super) fn layer_inputs(
+        &self,
+        ids: &Tensor,
+        offset: usize,
+    ) -> Result<(usize, usize, (Tensor, Tensor), Option<Tensor>)> {
+        let (batch, seq) = ids
+            .dims2()
+            .context("Qwen3 input ids must have shape [batch, seq]")?;
+        if seq == 0 {
+            bail!("Qwen3 input has no tokens");
+        }
+        let rotary = self.rotary_tables(offset, seq)?;
+        let mask = if seq > 1 {
+            Some(causal_mask(seq, offset, self.dtype, &self.device)?)
+        } else {
+            None
+        };
+        Ok((batch, seq, rotary, mask))
+    }
+
     /// Hidden states `[B*T, H]` after the final norm.
     fn final_hidden(
         &self,
@@ -768,19 +792,8 @@ impl Qwen3 {
         cache: Option<&mut KvCache>,
         mode: ForwardMode,
     ) -> Result<Tensor> {
-        let (batch, seq) = ids
-            .dims2()
-            .context("Qwen3 input ids must have shape [batch, seq]")?;
-        if seq == 0 {
-            bail!("Qwen3 input has no tokens");
-        }
         let offset = cache.as_ref().map_or(0, |c| c.len);
-        let (cos, sin) = self.rotary_tables(offset, seq)?;
-        let mask = if seq > 1 {
-            Some(causal_mask(seq, offset, self.dtype, &self.device)?)
-        } else {
-            None
-        };
+        let (batch, seq, (cos, sin), mask) = self.layer_inputs(ids, offset)?;
         let flat_ids = ids.flatten_all()?;
         let mut hidden = self.embed(&flat_ids)?; // [B*T, H]
         let mut cache = cache;
