@@ -420,7 +420,7 @@ fn an_amx_replica_tracks_the_f32_trainer_and_stays_packed_after_a_sync() {
         return;
     }
     // Every weight a whole number of 32 x 32 blocks (the LM head too: 128 tokens). Weights of
-    // std 0.1: at 0.3, a much sharper model, the gap reached 2.1e-4 (ARCHITECTURE.md records
+    // std 0.1: at 0.3, a much sharper model, the gap reached 2.1e-4 (docs/performance.md records
     // 1.05e-4 on the sharp tiny fixtures; 3e-5 on the 0.6B shape); here it is 5-6e-5.
     let config = Qwen3Config {
         vocab_size: 128,

@@ -15,7 +15,7 @@ use agentrl_train::engine_sync::{EngineSync, EngineWeights};
 /// packs, the LM head included), with a LoRA adapter on every projection as a Qwen3 run
 /// trains it (a frozen base), its B factors nonzero (a trained adapter). Weights of std 0.1
 /// (measured gap 3.4e-5; at 0.2, a sharper model, 1.02e-4, past the bound: the AMX path's error
-/// grows with how peaked the distributions are, ARCHITECTURE.md).
+/// grows with how peaked the distributions are, docs/performance.md).
 fn policy() -> Qwen3 {
     let config = Qwen3Config {
         vocab_size: 256,
