@@ -133,11 +133,13 @@ fn update_scalars(line: &mut MetricLine, u: &UpdateMetrics) {
         .set(names::GRAD_NORM, u.grad_norm)
         .set(names::GRAD_NORM_MAX, u.grad_norm_max)
         .set(names::ADVANTAGE_ABS_MEAN, u.advantage_abs_mean)
-        .set(names::MISMATCH, u.engine_logprob_gap)
         .set(names::VALUE_LOSS, u.value_loss)
         .set(names::VALUE_CLIPFRAC, u.value_clipfrac);
     if let Some(kl) = u.kl_ref {
         line.set(names::KL_REF, kl);
+    }
+    if let Some(gap) = u.engine_logprob_gap {
+        line.set(names::MISMATCH, gap);
     }
     for (name, &value) in &u.rollout_corr {
         line.set(name, value);

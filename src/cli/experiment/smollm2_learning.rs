@@ -71,6 +71,7 @@ const COMMON: &[&str] = &[
     "train.format_warmup_steps=0",
     "sft.lr=3e-4",
     "train.episodes_every=1",
+    "engine.measure_mismatch=true",
 ];
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -202,11 +202,13 @@ fn parse_override_value(text: &str) -> toml::Value {
 /// and a run over servers samples what it samples in process), and whether the local engine
 /// multiplies on the CPU's AMX unit (`engine.cpu_matmul`: a run may resume on a machine
 /// without one, and the switch moves the engine's log-probs by ~1e-4, well inside what the
-/// preflight and `update.engine_logprob_gap` already watch). Everything else shapes what
+/// preflight and `update.engine_logprob_gap` already watch), and whether it records that gap
+/// (`engine.measure_mismatch`: a measurement, not a change to the update). Everything else shapes what
 /// the run has trained on so far, so changing it mid-run would make the run a mix of two
 /// configs.
 pub const RESUMABLE_KEYS: &[&str] = &[
     "engine.cpu_matmul",
+    "engine.measure_mismatch",
     "gym.endpoints",
     "gym.max_in_flight",
     "gym.timeout_s",

@@ -151,6 +151,14 @@ pub struct EngineConfig {
     /// Gaussian noise (std, in nats) added to every log-prob the engine reports: an injected
     /// engine/trainer mismatch for experiments and for the doctor's tests. 0 = none.
     pub logprob_noise: f64,
+    /// Score every sampled batch with the trainer before the update and record the
+    /// engine/trainer log-prob gap (`rollout_corr/logprob_abs_diff` and verl's `rollout_corr/…`
+    /// diagnostics) even where nothing else needs that pass: a local engine sharing the
+    /// trainer's weights under an algorithm that takes π_old from the engine. Costs one
+    /// forward pass a step; changes nothing the update computes. Without it, and without
+    /// another reader of the pass, the gap is not recorded (rather than recorded as 0).
+    #[serde(default)]
+    pub measure_mismatch: bool,
     /// Sample the next step's rollouts while this step trains (rollouts up to
     /// `max_staleness` weight versions old); false = sample, then train.
     pub async_rollouts: bool,

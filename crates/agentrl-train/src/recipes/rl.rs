@@ -247,7 +247,8 @@ impl Trainer {
             lr,
             grad_clip: self.config.optim.grad_clip,
             max_len: action_budget,
-            measure_mismatch: self.engine.has_own_weights()
+            measure_mismatch: self.config.engine.measure_mismatch
+                || self.engine.has_own_weights()
                 || self.config.engine.logprob_noise > 0.0
                 || self.config.engine.logprobs != LogprobKind::TemperatureScaled,
         };

@@ -115,8 +115,10 @@ pub struct UpdateMetrics {
     pub grad_norm_max: f64,
     pub advantage_abs_mean: f64,
     /// Mean |log π_engine − log π_trainer| on action tokens, before the update (engine/trainer
-    /// mismatch; ~1e-7 in f32 for the local engine).
-    pub engine_logprob_gap: f64,
+    /// mismatch; ~1e-7 in f32 for the local engine). `None` where nothing scored the batch
+    /// before the update (see `engine.measure_mismatch`): not measured, not zero.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_logprob_gap: Option<f64>,
     pub optimizer_steps: usize,
     /// verl's rollout-correction metrics under verl's names (`rollout_corr/rollout_is_mean`,
     /// `rollout_corr/rollout_rs_masked_fraction`, `rollout_corr/kl`, …): once per batch in

@@ -28,8 +28,8 @@ pub(super) struct OldPolicy {
     pub(super) values: Option<Tensor>,
     /// `Σ_a π(a)²` at each action token, `[B, T]` (OTB's estimator).
     pub(super) sum_pi_squared: Option<Tensor>,
-    /// Mean |log π_engine − log π_trainer| on action tokens (0 without a pass).
-    pub(super) engine_logprob_gap: f64,
+    /// Mean |log π_engine − log π_trainer| on action tokens; `None` without a pass.
+    pub(super) engine_logprob_gap: Option<f64>,
     /// verl's off-policy diagnostics of the engine against the trainer (`rollout_corr/kl`,
     /// …), when the setup asks to measure the mismatch; empty otherwise.
     pub(super) mismatch: BTreeMap<String, f64>,
@@ -47,7 +47,7 @@ pub(super) fn old_policy_pass(setup: &UpdateSetup<'_>, batch: &Batch) -> anyhow:
             log_probs: batch.old_logprobs.clone(),
             values: None,
             sum_pi_squared: None,
-            engine_logprob_gap: 0.0,
+            engine_logprob_gap: None,
             mismatch: BTreeMap::new(),
         });
     }
@@ -67,7 +67,7 @@ pub(super) fn old_policy_pass(setup: &UpdateSetup<'_>, batch: &Batch) -> anyhow:
     let Scored { logp, values, .. } = scored;
     let logp = logp.detach();
     let engine_logprob_gap =
-        masked_mean_value(&(&logp - &batch.old_logprobs)?.abs()?, &batch.loss_mask)? as f64;
+        Some(masked_mean_value(&(&logp - &batch.old_logprobs)?.abs()?, &batch.loss_mask)? as f64);
     let mismatch = if setup.measure_mismatch {
         // verl's off-policy diagnostics (`rollout_corr/kl`, `…/k3_kl`,
         // `…/log_ppl_abs_diff`, `…/chi2_token`, …) of the engine against the trainer.
