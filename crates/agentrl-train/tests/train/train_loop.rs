@@ -705,3 +705,37 @@ fn a_runs_evaluations_take_eval_tasks_per_split_spread_over_the_split() -> anyho
     assert_eq!(picked, expected);
     Ok(())
 }
+
+/// The engine/trainer log-prob gap is a measurement: GRPO takes π_old from a local engine that
+/// shares the trainer's weights, so no pass scores the batch and the gap is absent (not 0);
+/// `engine.measure_mismatch` adds the pass, and the gap is then recorded, near 0 for an engine
+/// decoding with the trainer's own weights. The update itself is the same either way.
+#[test]
+fn the_engine_trainer_gap_is_recorded_when_measured_and_absent_otherwise() -> anyhow::Result<()> {
+    let run = |measure: bool| -> anyhow::Result<Vec<StepRecord>> {
+        let measure = format!("engine.measure_mismatch={measure}");
+        let sets = [
+            "train.steps=2",
+            "train.checkpoint_every=0",
+            "train.episodes_every=0",
+            "rollout.tasks_per_step=2",
+            "rollout.group_size=4",
+            "reward.kind=fraction",
+            measure.as_str(),
+        ];
+        let (_tmp, mut trainer) = small_trainer(1, "gap", &sets)?;
+        (0..2).map(|_| trainer.step()).collect()
+    };
+    let unmeasured = run(false)?;
+    let measured = run(true)?;
+    for (plain, with_gap) in unmeasured.iter().zip(&measured) {
+        assert_eq!(plain.update.engine_logprob_gap, None);
+        let gap = with_gap
+            .update
+            .engine_logprob_gap
+            .expect("engine.measure_mismatch = true records the gap");
+        assert!((0.0..1e-4).contains(&gap), "gap {gap}");
+        assert_eq!(plain.update.loss, with_gap.update.loss, "the update is unchanged");
+    }
+    Ok(())
+}
