@@ -31,6 +31,9 @@ fn blocks(readme: &str) -> Vec<(String, usize, Vec<String>)> {
     out
 }
 
+/// Seconds a block may run before it is stopped (see the guard below).
+const BLOCK_LIMIT_S: &str = "1200";
+
 /// The `agentrl` of PATH: the binary, with the training commands shortened.
 const WRAPPER: &str = r#"#!/usr/bin/env bash
 real="__BIN__"
@@ -101,15 +104,22 @@ fn every_sh_block_of_the_readme_runs_from_outside_the_checkout() {
         }
         let body = script(lines, i == 0);
         ran += 1;
-        let out = Command::new("bash")
-            .arg("-c")
+        // A guard, not a measurement: a block that serves forever (`gym serve`, `serve`)
+        // belongs in a ```text block, and fails here instead of hanging the suite.
+        let out = Command::new("timeout")
+            .args(["-k", "10", BLOCK_LIMIT_S, "bash", "-c"])
             .arg(&body)
             .current_dir(&work)
             .env("PATH", &path)
             .stdin(std::process::Stdio::null())
             .output()
             .unwrap();
-        if !out.status.success() {
+        if out.status.code() == Some(124) || out.status.code().is_none() {
+            failures.push(format!(
+                "README.md:{at} (```sh block): still running after {BLOCK_LIMIT_S} s (a server? \
+                 show it in a ```text block)"
+            ));
+        } else if !out.status.success() {
             let err = String::from_utf8_lossy(&out.stderr);
             let tail: Vec<&str> = err.lines().rev().take(6).collect();
             failures.push(format!(
