@@ -51,7 +51,8 @@ pub enum Command {
     /// On-policy distillation: the student samples, a teacher run's checkpoint scores every
     /// sampled token (per-token reverse KL); same run directory as `train`.
     Distill(distill::DistillArgs),
-    /// Evaluate a run's checkpoint: solve rates and pass@k on hidden tests.
+    /// Evaluate a run's checkpoint (`agentrl eval RUN`): pass@k and pass^k with 95% intervals on
+    /// hidden tests, per split; the full report (per family) goes to RUN/eval/.
     Eval(train::EvalArgs),
     /// The BugFix gym: list, show, play, run, validate tasks.
     Gym(agentrl_gym::cli::GymArgs),
