@@ -238,9 +238,12 @@ pub struct DoctorConfig {
     /// Also the ceiling of the outcome elsewhere (a solved task may be deterministic).
     pub solved_rate: f64,
     pub low_solve_rate: f64,
-    /// Entropy collapse, whatever the outcome below `solved_rate`: recent entropy below this
-    /// share of the baseline is a policy that stopped exploring before it solved the tasks.
+    /// Entropy collapse, however the outcome climbed: recent entropy below this share of the
+    /// baseline while hidden solve is below `floor_solve_rate` is a policy that stopped
+    /// exploring before it solved the tasks (the README's PPO recipe on seed 1 ends at 7% of
+    /// its baseline while solving 0.88–1.0: not that).
     pub entropy_floor_ratio: f64,
+    pub floor_solve_rate: f64,
     /// Reward hacking: the reward, and the public solve rate, up by at least this much over
     /// their baselines…
     pub hacking_public_rise: f64,
@@ -291,6 +294,7 @@ impl Default for DoctorConfig {
             solved_rate: 0.9,
             low_solve_rate: 0.5,
             entropy_floor_ratio: 0.1,
+            floor_solve_rate: 0.75,
             hacking_public_rise: 0.15,
             hacking_hidden_share: 0.5,
             tamper_rise: 0.15,
@@ -446,9 +450,11 @@ fn rule(signature: Signature) -> Rule {
 /// learning run's entropy falls as fast as a collapsing one's: the README's PPO run at
 /// `optim.lr=1e-3` lost 42% of its baseline in 5 steps while hidden solve went 0.05 → 0.86,
 /// and a preset's default run (bypass_ppo_clip_k3_rs, seed 0) sat at 25% of its baseline
-/// while solving 0.69. Below [`DoctorConfig::entropy_floor_ratio`] of the baseline and short
-/// of the ceiling, it is collapse whatever the climb. On the 25-step high-LR runs of seeds 0,
-/// 2, 3, 5, 11 and 12 the rule still names the collapse, by step 12–16.
+/// while solving 0.69. Below [`DoctorConfig::entropy_floor_ratio`] of the baseline with
+/// hidden solve below [`DoctorConfig::floor_solve_rate`], it is collapse whatever the climb
+/// (the high-LR run of seed 5: entropy at 1% of its baseline, solving 0.5; the PPO recipe of
+/// seed 1: 7% while solving 0.88, not a collapse). On the 25-step high-LR runs of seeds 0, 2,
+/// 3, 5, 11 and 12 the rule still names the collapse, by step 12–16.
 fn entropy_collapse(cx: &Ctx) -> Option<String> {
     let c = cx.config;
     let e = cx.compare(names::ENTROPY)?;
@@ -463,8 +469,9 @@ fn entropy_collapse(cx: &Ctx) -> Option<String> {
         share(e.recent),
         solve.text(names::SOLVE_HIDDEN)
     );
-    // Near zero below the ceiling: the policy stopped exploring before it solved the tasks.
-    if e.recent < c.entropy_floor_ratio * e.base {
+    // Near zero while a quarter of the tasks still fail: the policy stopped exploring before
+    // it solved them.
+    if e.recent < c.entropy_floor_ratio * e.base && solve.recent < c.floor_solve_rate {
         return Some(context);
     }
     // Entropy that falls while the hidden solve rate climbs is the policy learning what to
