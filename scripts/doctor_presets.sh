@@ -74,9 +74,9 @@ v = sorted(x for x in v[-5:] if x is not None)
 print(f"{v[len(v)//2]:.2f}" if v else "—")' "$run/metrics.jsonl")
   local report
   if report=$("$DOCTOR" doctor "$run" 2>/dev/null); then
-    verdict="silent ($(head -1 <<<"$report" | grep -o '[0-9]* checks'))"
+    verdict="silent ($(head -1 <<<"$report" | grep -o '[0-9]* checks' || echo "no count"))"
   else
-    verdict=$(grep -o '^\[[^]]*\] steps [0-9]*–[0-9]*' <<<"$report" | tr '\n' ';' | sed 's/;$//; s/;/; /g')
+    verdict=$(grep -o '^\[[^]]*\] steps [0-9]*–[0-9]*' <<<"$report" | tr '\n' ';' | sed 's/;$//; s/;/; /g' || true)
     verdict="**${verdict:-doctor failed}**"
   fi
   echo "| $name | $seed | $steps | $solve | $verdict |"
