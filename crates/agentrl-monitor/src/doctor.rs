@@ -272,8 +272,10 @@ pub struct DoctorConfig {
     /// Zero-variance groups: share of groups with equal rewards above this (outcome below
     /// `solved_rate`).
     pub zero_variance_rate: f64,
-    /// Format collapse: format-error rate up by this much over its baseline.
+    /// Format collapse: format-error rate up by this much over its baseline, while the
+    /// outcome is not improving or has fallen by `outcome_fall` below its best 5-step median.
     pub format_error_rise: f64,
+    pub outcome_fall: f64,
     /// Reward plateau: steps after the baseline before a plateau can be judged.
     pub plateau_steps: usize,
     /// Reward plateau: the best recent reward must beat the baseline by this much.
@@ -308,6 +310,7 @@ impl Default for DoctorConfig {
             mismatch_floor: 0.05,
             zero_variance_rate: 0.9,
             format_error_rise: 0.2,
+            outcome_fall: 0.2,
             plateau_steps: 20,
             plateau_gain: 0.05,
             turn_limit_rate: 0.9,
@@ -395,6 +398,23 @@ impl Ctx<'_> {
         let t = self.track(name)?;
         let w = self.config.window;
         (t.values.len() >= w).then(|| &t.values[t.values.len() - w..])
+    }
+
+    /// How far the recent hidden solve rate sits below its best window median since the
+    /// baseline (0 when it is at its best).
+    fn outcome_fall_from_best(&self) -> f64 {
+        let (Some(t), Some(c)) = (
+            self.track(names::SOLVE_HIDDEN),
+            self.compare(names::SOLVE_HIDDEN),
+        ) else {
+            return 0.0;
+        };
+        let (b, w) = (self.config.baseline_steps, self.config.window);
+        let best = (b + w..=t.values.len())
+            .map(|end| median(&t.values[end - w..end]))
+            .filter(|m| !m.is_nan())
+            .fold(f64::MIN, f64::max);
+        (best - c.recent).max(0.0)
     }
 
     /// Whether the outcome (hidden solve rate) is at the ceiling or rising clearly: the
@@ -704,10 +724,25 @@ fn zero_variance_groups(cx: &Ctx) -> Option<String> {
 fn format_collapse(cx: &Ctx) -> Option<String> {
     let f = cx.compare(names::FORMAT_ERROR_RATE)?;
     // Judged with the outcome: format errors that rise while the hidden solve rate climbs
-    // (a preset's default run, 0.03 → 0.24 while solving 0.03 → 0.75) are noise of a
-    // policy that is learning, not a policy drifting off its prior.
-    (f.recent - f.base >= cx.config.format_error_rise && !cx.outcome_improving())
-        .then(|| f.text(names::FORMAT_ERROR_RATE))
+    // and holds (a preset's default run, 0.03 → 0.24 while solving 0.03 → 0.75) are noise of
+    // a policy that is learning, not a policy drifting off its prior; errors that rise as the
+    // solve rate falls from its best (grpo_passk, seed 1: 0.30 as solve fell 0.66 → 0.09)
+    // are a collapse even in a run that had learned.
+    let c = cx.config;
+    let fall = cx.outcome_fall_from_best();
+    (f.recent - f.base >= c.format_error_rise
+        && (!cx.outcome_improving() || fall >= c.outcome_fall))
+        .then(|| {
+            let mut text = f.text(names::FORMAT_ERROR_RATE);
+            if fall >= c.outcome_fall {
+                text.push_str(&format!(
+                    "\n{} {} below its best 5-step median",
+                    names::SOLVE_HIDDEN,
+                    num(fall)
+                ));
+            }
+            text
+        })
 }
 
 fn reward_plateau(cx: &Ctx) -> Option<String> {
