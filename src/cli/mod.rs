@@ -15,6 +15,8 @@ mod doctor;
 mod dpo;
 mod experiment;
 mod plan;
+mod presets;
+mod print_config;
 mod replay;
 mod rft;
 mod score;
@@ -49,7 +51,8 @@ pub enum Command {
     /// On-policy distillation: the student samples, a teacher run's checkpoint scores every
     /// sampled token (per-token reverse KL); same run directory as `train`.
     Distill(distill::DistillArgs),
-    /// Evaluate a run's checkpoint: solve rates and pass@k on hidden tests.
+    /// Evaluate a run's checkpoint (`agentrl eval RUN`): pass@k and pass^k with 95% intervals on
+    /// hidden tests, per split; the full report (per family) goes to RUN/eval/.
     Eval(train::EvalArgs),
     /// The BugFix gym: list, show, play, run, validate tasks.
     Gym(agentrl_gym::cli::GymArgs),
@@ -76,10 +79,15 @@ pub enum Command {
 /// Set by the first Ctrl-C once [`catch_interrupts`] ran.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
-/// Catches Ctrl-C (SIGINT) from now on: the first sets the returned flag (a training session
-/// checkpoints after the current step and says how to resume); the handler resets itself, so a
-/// second Ctrl-C ends the process at once. Only `train` calls this; every other command keeps
-/// the default (Ctrl-C ends it).
+/// What the first Ctrl-C prints at once, whatever the session is doing (a step, the
+/// untrained evaluation, a checkpoint): the session only looks at the flag between steps.
+const INTERRUPT_ACK: &[u8] = b"\ninterrupted: finishing the current step or evaluation, then \
+writing the run directory (Ctrl-C again to quit at once)\n";
+
+/// Catches Ctrl-C (SIGINT) from now on: the first says so on stderr at once and sets the
+/// returned flag (a training session checkpoints after the current step and says how to
+/// resume); the handler resets itself, so a second Ctrl-C ends the process at once. Only the
+/// training commands call this; every other command keeps the default (Ctrl-C ends it).
 pub fn catch_interrupts() -> &'static AtomicBool {
     #[cfg(unix)]
     // SAFETY: installs a handler that only stores to an atomic (async-signal-safe).
@@ -94,8 +102,13 @@ pub fn catch_interrupts() -> &'static AtomicBool {
 }
 
 extern "C" fn on_sigint(_: libc::c_int) {
-    // Only an atomic store: async-signal-safe.
+    // Only an atomic store and write(2): both async-signal-safe.
     INTERRUPTED.store(true, Ordering::SeqCst);
+    // SAFETY: write(2) of a static buffer to stderr; a short or failed write loses only the
+    // message.
+    unsafe {
+        libc::write(2, INTERRUPT_ACK.as_ptr().cast(), INTERRUPT_ACK.len());
+    }
 }
 
 /// SIGPIPE back to the default, once, at the entry point: the Rust runtime ignores it, so a
@@ -168,6 +181,12 @@ fn error_chain(err: &anyhow::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_config_section_has_its_keys_for_print_config() {
+        assert!(print_config::sections().contains(&"algorithm"));
+        assert_eq!(print_config::sections_without_keys(), Vec::<&str>::new());
+    }
 
     #[test]
     fn a_cause_repeated_by_its_context_is_printed_once() {

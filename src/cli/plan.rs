@@ -10,14 +10,16 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use clap::Args;
 
-use agentrl_train::config::{load_config, ModelKind};
+use agentrl_model::qwen3::Qwen3Config;
+use agentrl_train::config::ModelKind;
 use agentrl_train::fleet_plan::{FleetPlan, MeasuredCosts};
 use agentrl_train::plan::{ModelShape, StepPlan};
 
+use super::presets::{self, Source};
+
 #[derive(Debug, Args)]
 pub struct PlanArgs {
-    /// Config file layered on configs/default.toml (built in); omit for the default run.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "PRESET|FILE", help = super::presets::CONFIG_HELP)]
     pub config: Option<PathBuf>,
     /// Override a config key (repeatable), as `agentrl train --set`.
     #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -25,9 +27,9 @@ pub struct PlanArgs {
     /// A Qwen3 model folder (its config.json is read; no weights are).
     #[arg(long, value_name = "DIR", conflicts_with = "model_config")]
     pub model: Option<PathBuf>,
-    /// A Qwen3 config.json on its own (e.g. configs/models/qwen3-8b.json), for a model you
-    /// have not downloaded.
-    #[arg(long, value_name = "FILE")]
+    /// A Qwen3 config.json on its own, for a model you have not downloaded: a file, or the
+    /// name of a shape in configs/models/ (compiled in: `qwen3-8b`).
+    #[arg(long, value_name = "SHAPE|FILE")]
     pub model_config: Option<PathBuf>,
     /// A run whose measured throughput (median `perf/throughput`, tokens/s) gives the
     /// expected step time.
@@ -53,9 +55,16 @@ pub fn plan(args: PlanArgs) -> anyhow::Result<()> {
         set.push(format!("model.dir={}", serde_json::to_string(dir)?));
     }
     set.extend(args.set.iter().cloned());
-    let config = load_config(args.config.as_deref(), &set)?;
+    let config = presets::load(args.config.as_deref(), &set)?;
     let shape = match (&args.model_config, config.model.kind) {
-        (Some(file), _) => ModelShape::qwen3(&config, file)?,
+        (Some(value), _) => match presets::resolve_model_config(value)? {
+            Source::File(file) => ModelShape::qwen3(&config, &file)?,
+            Source::Preset(name, text) => ModelShape::qwen3_of(
+                &config,
+                &Qwen3Config::from_json(text)
+                    .with_context(|| format!("parsing the built-in model shape {name}"))?,
+            ),
+        },
         (None, ModelKind::Qwen3) => ModelShape::of(&config)?,
         (None, ModelKind::Tiny) => ModelShape::tiny(&config)?,
     };

@@ -10,7 +10,6 @@ use clap::Args;
 use agentrl_monitor::eval_report::{build_report, EvalReportDoc, SplitInput, TaskCounts};
 use agentrl_monitor::LiveMonitor;
 use agentrl_train::build::{load_tasks, parse_split};
-use agentrl_train::config::load_config;
 use agentrl_train::recipes::rl::run_rl_session_observed;
 use agentrl_train::recipes::Recipe;
 use agentrl_train::session::{
@@ -20,8 +19,7 @@ use agentrl_train::trainer::Trainer;
 
 #[derive(Debug, Args)]
 pub struct TrainArgs {
-    /// Config file layered on configs/default.toml (built in); omit for the default run.
-    #[arg(long)]
+    #[arg(long, value_name = "PRESET|FILE", help = super::presets::CONFIG_HELP)]
     pub config: Option<PathBuf>,
     /// Override a config key, e.g. `--set optim.lr=1e-3` (repeatable; value parsed as TOML).
     /// With --resume, only the keys a resume may change (train.steps, eval and logging
@@ -55,8 +53,16 @@ pub struct TrainArgs {
 pub struct EvalArgs {
     /// Run directory to evaluate (its latest checkpoint). Read-only: safe on a live run;
     /// the results are also written to RUN/eval/.
-    #[arg(long, value_name = "RUN")]
-    pub run: PathBuf,
+    #[arg(value_name = "RUN", required_unless_present = "run_flag")]
+    pub run: Option<PathBuf>,
+    /// The run directory, as a flag (`agentrl eval --run RUN` = `agentrl eval RUN`).
+    #[arg(
+        long = "run",
+        value_name = "RUN",
+        conflicts_with = "run",
+        hide_short_help = true
+    )]
+    pub run_flag: Option<PathBuf>,
     /// Split to evaluate: train, heldout or heldout-family (default: every split with tasks).
     #[arg(long)]
     pub split: Option<String>,
@@ -109,10 +115,17 @@ pub fn run_recipe(
         args.set = set;
     }
     if args.print_config {
-        let config = load_config(args.config.as_deref(), &args.set)?;
-        print!("{}", config.to_toml()?);
+        let config = super::presets::load(args.config.as_deref(), &args.set)?;
+        // Validated as `train` would: a config it would refuse is refused here too.
+        for w in config.validated()? {
+            eprintln!("warning: {w}");
+        }
+        print!("{}", super::print_config::with_unset_knobs(&config)?);
         return Ok(());
     }
+    // From here on a Ctrl-C is acknowledged at once and stops the session between steps
+    // (loading a model or the untrained evaluation included), leaving a run directory.
+    let stop = super::catch_interrupts();
     let mut trainer = match &args.resume {
         Some(run) => {
             let trainer = Trainer::resume(run, &args.set)?;
@@ -125,7 +138,7 @@ pub fn run_recipe(
             trainer
         }
         None => {
-            let config = load_config(args.config.as_deref(), &args.set)?;
+            let config = super::presets::load(args.config.as_deref(), &args.set)?;
             let (trainer, warnings) = Trainer::create(config)?;
             for w in warnings {
                 eprintln!("warning: {w}");
@@ -170,7 +183,7 @@ pub fn run_recipe(
     let options = SessionOptions {
         progress,
         summary_evals: !args.no_summary,
-        stop: Some(super::catch_interrupts()),
+        stop: Some(stop),
     };
     // The live monitor: the doctor warns as a signature appears (train.doctor), and the
     // dashboard is rewritten every train.dashboard_every steps.
@@ -284,11 +297,16 @@ fn report_inputs(
 }
 
 pub fn eval(args: EvalArgs) -> anyhow::Result<()> {
-    let trainer = Trainer::open_for_eval(&args.run)?;
+    let run = args
+        .run
+        .as_ref()
+        .or(args.run_flag.as_ref())
+        .context("the run to evaluate: agentrl eval RUN")?;
+    let trainer = Trainer::open_for_eval(run)?;
     if trainer.state.step == 0 {
         eprintln!(
             "warning: {} has no checkpoint; evaluating the untrained policy",
-            args.run.display()
+            run.display()
         );
     }
     let (splits, absent): (Vec<Split>, Vec<Split>) = match &args.split {
@@ -320,13 +338,13 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<()> {
         reports.push(trainer.evaluate(split, samples, k, temperature, u64::MAX - 3)?);
     }
     let report = build_report(
-        &args.run.display().to_string(),
+        &run.display().to_string(),
         trainer.state.step,
         temperature,
         &report_inputs(&trainer, &reports)?,
     )?;
     let output = EvalOutput {
-        run_dir: args.run.display().to_string(),
+        run_dir: run.display().to_string(),
         step: trainer.state.step,
         samples,
         k,
@@ -338,50 +356,124 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<()> {
     let json = serde_json::to_string_pretty(&output)?;
     // The results also go to new files under RUN/eval/; a run folder that cannot take them
     // (read-only media) still gets its evaluation printed.
-    match trainer
-        .run
-        .write_eval_report(trainer.state.step, json.as_bytes(), &report.to_markdown())
-    {
-        Ok((json_path, md_path)) => eprintln!(
-            "results saved to {} and {}",
-            json_path.display(),
-            md_path.display()
-        ),
-        Err(err) => eprintln!("warning: results not saved: {err:#}"),
-    }
+    let saved = match trainer.run.write_eval_report(
+        trainer.state.step,
+        json.as_bytes(),
+        &report.to_markdown(),
+    ) {
+        Ok((json_path, md_path)) => {
+            eprintln!(
+                "results saved to {} and {}",
+                json_path.display(),
+                md_path.display()
+            );
+            Some(md_path)
+        }
+        Err(err) => {
+            eprintln!("warning: results not saved: {err:#}");
+            None
+        }
+    };
     if args.json {
         println!("{json}");
         return Ok(());
     }
-    println!(
-        "{} at step {} ({} samples per task, temperature {temperature}, hidden tests)",
-        args.run.display(),
-        trainer.state.step,
-        samples
+    print!(
+        "{}",
+        eval_table(&output, args.k.is_some(), saved.as_deref())
     );
-    println!(
-        "{:<16} {:>6} {:>8} {:>8} {:>10} {:>8}",
-        "split",
-        "tasks",
-        "pass@1",
-        format!("pass@{k}"),
-        "format err",
-        "hacking"
+    Ok(())
+}
+
+/// The terminal's report of `agentrl eval`: pass@k and pass^k for k in {1, 5, 10} with their
+/// 95% intervals per split (a `--k` the command was given gets its column when it is another
+/// k), format errors and hacking, and where the full report (per family, public vs hidden) is.
+fn eval_table(output: &EvalOutput, asked_k: bool, markdown: Option<&std::path::Path>) -> String {
+    use std::fmt::Write as _;
+    let report = output.report;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} at step {} ({} samples per task, temperature {}, hidden tests; [low, high] = \
+         95% bootstrap interval over tasks)",
+        output.run_dir, output.step, output.samples, output.temperature
     );
-    for r in &reports {
-        println!(
-            "{:<16} {:>6} {:>7.1}% {:>7.1}% {:>9.1}% {:>7.1}%",
-            r.split,
-            r.tasks,
-            100.0 * r.pass_at_1,
-            100.0 * r.pass_at_k,
-            100.0 * r.format_error_rate,
-            100.0 * r.hacking_rate
-        );
+    let extra_k = (asked_k && !report.ks.contains(&output.k)).then_some(output.k);
+    let cell = |e: Option<&agentrl_monitor::eval_report::Estimate>| match e {
+        Some(e) => format!(
+            "{:.1}% [{:.1}, {:.1}]",
+            100.0 * e.value,
+            100.0 * e.low,
+            100.0 * e.high
+        ),
+        None => "-".into(),
+    };
+    for (title, hat) in [
+        ("pass@k: at least one of k samples solves the task", false),
+        ("pass^k: all k samples solve it (reliability)", true),
+    ] {
+        let _ = writeln!(out, "\n{title}");
+        let mut header = format!("{:<16} {:>5}", "split", "tasks");
+        for k in &report.ks {
+            let _ = write!(
+                header,
+                "  {:>20}",
+                format!("{}{k}", if hat { "pass^" } else { "pass@" })
+            );
+        }
+        if let (Some(k), false) = (extra_k, hat) {
+            let _ = write!(header, "  {:>8}", format!("pass@{k}"));
+        }
+        if !hat {
+            let _ = write!(header, "  {:>10} {:>8}", "format err", "hacking");
+        }
+        let _ = writeln!(out, "{}", header.trim_end());
+        for (split, r) in report.splits.iter().zip(output.reports) {
+            let scores = if hat {
+                &split.scores.pass_hat
+            } else {
+                &split.scores.pass_at
+            };
+            let mut row = format!("{:<16} {:>5}", split.split, split.scores.tasks);
+            for k in &report.ks {
+                let _ = write!(row, "  {:>20}", cell(scores.get(k)));
+            }
+            if let (Some(_), false) = (extra_k, hat) {
+                let _ = write!(row, "  {:>7.1}%", 100.0 * r.pass_at_k);
+            }
+            if !hat {
+                let _ = write!(
+                    row,
+                    "  {:>9.1}% {:>7.1}%",
+                    100.0 * split.format_error_rate,
+                    100.0 * split.hacking_rate
+                );
+            }
+            let _ = writeln!(out, "{row}");
+        }
     }
     for split in &output.absent_splits {
-        println!("{split:<16} no tasks in this run's task folder");
+        let _ = writeln!(out, "{split:<16} no tasks in this run's task folder");
     }
-    print!("{}", agentrl_train::session::SUMMARY_LEGEND);
-    Ok(())
+    if !report.ks_skipped.is_empty() {
+        let skipped: Vec<String> = report.ks_skipped.iter().map(|k| k.to_string()).collect();
+        let _ = writeln!(
+            out,
+            "k = {} left out: they need at least that many samples per task (--samples)",
+            skipped.join(", ")
+        );
+    }
+    match markdown {
+        Some(path) => {
+            let _ = writeln!(
+                out,
+                "full report (per family, public vs hidden tests): {}",
+                path.display()
+            );
+        }
+        None => {
+            let _ = writeln!(out, "full report: not saved (see the warning above)");
+        }
+    }
+    out
 }

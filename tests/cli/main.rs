@@ -7,6 +7,7 @@
 mod cli_chat_render;
 mod examples;
 mod experiment_cli;
+mod first_hour;
 mod gym_cli;
 mod gym_service;
 mod import_graph;
@@ -14,6 +15,7 @@ mod monitor_runs;
 mod plan_cli;
 mod post_training_cli;
 mod python_client;
+mod readme_commands;
 mod runs_cli;
 mod score_cli;
 mod serve_cli;

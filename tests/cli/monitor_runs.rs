@@ -165,9 +165,21 @@ fn the_doctor_names_each_failure_and_stays_silent_on_the_healthy_run() {
             None => {
                 assert_eq!(out.status.code(), Some(0), "{}: {names:?}", s.name);
                 assert!(names.is_empty(), "{}: {names:?}", s.name);
+                // No finding, and the report says what was checked.
                 let plain = bin().arg("doctor").arg(run_dir(s.name)).output().unwrap();
                 assert_eq!(plain.status.code(), Some(0));
-                assert!(plain.stdout.is_empty(), "silent: {}", text(&plain.stdout));
+                let report = text(&plain.stdout);
+                let checks: usize = report
+                    .split("no failure signature found in ")
+                    .nth(1)
+                    .and_then(|rest| rest.split(" checks over 25 steps").next())
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or_else(|| panic!("no count of checks: {report}"));
+                assert!(checks >= 8, "{report}");
+                let checked = report.lines().find(|l| l.contains("checked: ")).unwrap();
+                for title in ["entropy collapse", "reward hacking", "KL blow-up"] {
+                    assert!(checked.contains(title), "{title}: {report}");
+                }
             }
             Some(signature) => {
                 assert_eq!(out.status.code(), Some(1), "{}", s.name);
@@ -257,7 +269,7 @@ fn eval_with_no_flags_reports_pass_at_and_pass_hat_at_1_5_and_10() {
     // Its own run folder: `eval_writes_a_markdown_and_json_report` reads the healthy run's
     // eval/ at the same time.
     let run = run_dir("kl");
-    let out = bin().args(["eval", "--run"]).arg(&run).output().unwrap();
+    let out = bin().arg("eval").arg(&run).output().unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     let json = std::fs::read_dir(run.join("eval"))
         .unwrap()

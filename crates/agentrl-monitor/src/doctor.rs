@@ -77,6 +77,30 @@ impl Signature {
         }
     }
 
+    /// The metrics the rule reads: every group must have a metric recorded over the
+    /// baseline and a recent window (any one metric of a group will do) for the rule to judge
+    /// the run. A run that lacks them (a synchronous run has no staleness) is not checked for
+    /// that signature, and the report says so.
+    pub fn inputs(self) -> &'static [&'static [&'static str]] {
+        match self {
+            Signature::EntropyCollapse => &[&[names::ENTROPY], &[names::SOLVE_HIDDEN]],
+            Signature::RewardHacking => &[&[names::REWARD_MEAN], &[names::SOLVE_HIDDEN]],
+            Signature::KlBlowUp => &[&[names::PPO_KL, names::KL_REF]],
+            Signature::LengthExplosion | Signature::LengthCollapse => {
+                &[&[names::RESPONSE_LENGTH_MEAN]]
+            }
+            Signature::ClipFractionSpike => &[&[names::PG_CLIPFRAC]],
+            Signature::GrowingMismatch => &[&[names::MISMATCH]],
+            Signature::WeightsNeverSynced => &[&[names::STALENESS_MEAN]],
+            Signature::ZeroVarianceGroups => {
+                &[&[names::ZERO_VARIANCE_GROUPS], &[names::SOLVE_HIDDEN]]
+            }
+            Signature::FormatCollapse => &[&[names::FORMAT_ERROR_RATE]],
+            Signature::RewardPlateau => &[&[names::REWARD_MEAN]],
+            Signature::NeverSubmits => &[&[names::TURN_LIMIT_RATE]],
+        }
+    }
+
     /// The usual remedies, most common first (config keys where agentrl has one).
     pub fn remedies(self) -> &'static [&'static str] {
         match self {
@@ -207,8 +231,19 @@ pub struct DoctorConfig {
     /// recent entropy is still below `entropy_recovered` × baseline…
     pub entropy_crash_drop: f64,
     pub entropy_recovered: f64,
-    /// … while the hidden solve rate stays below this (a solved task may be deterministic).
+    /// … while hidden solve is still low: below `low_solve_rate`, or not improving (below
+    /// this, the ceiling, and up by less than 0.2 over its baseline). Entropy that falls as
+    /// the solve rate climbs is learning, as in the README's PPO run at `optim.lr=1e-3`,
+    /// whose entropy crashed at steps 9–14 while hidden solve went 0.05 → 0.86 → 1.0.
+    /// Also the ceiling of the outcome elsewhere (a solved task may be deterministic).
     pub solved_rate: f64,
+    pub low_solve_rate: f64,
+    /// Entropy collapse, however the outcome climbed: recent entropy below this share of the
+    /// baseline while hidden solve is below `floor_solve_rate` is a policy that stopped
+    /// exploring before it solved the tasks (the README's PPO recipe on seed 1 ends at 7% of
+    /// its baseline while solving 0.88–1.0: not that).
+    pub entropy_floor_ratio: f64,
+    pub floor_solve_rate: f64,
     /// Reward hacking: the reward, and the public solve rate, up by at least this much over
     /// their baselines…
     pub hacking_public_rise: f64,
@@ -237,8 +272,10 @@ pub struct DoctorConfig {
     /// Zero-variance groups: share of groups with equal rewards above this (outcome below
     /// `solved_rate`).
     pub zero_variance_rate: f64,
-    /// Format collapse: format-error rate up by this much over its baseline.
+    /// Format collapse: format-error rate up by this much over its baseline, while the
+    /// outcome is not improving or has fallen by `outcome_fall` below its best 5-step median.
     pub format_error_rise: f64,
+    pub outcome_fall: f64,
     /// Reward plateau: steps after the baseline before a plateau can be judged.
     pub plateau_steps: usize,
     /// Reward plateau: the best recent reward must beat the baseline by this much.
@@ -257,6 +294,9 @@ impl Default for DoctorConfig {
             entropy_crash_drop: 0.25,
             entropy_recovered: 0.9,
             solved_rate: 0.9,
+            low_solve_rate: 0.5,
+            entropy_floor_ratio: 0.1,
+            floor_solve_rate: 0.75,
             hacking_public_rise: 0.15,
             hacking_hidden_share: 0.5,
             tamper_rise: 0.15,
@@ -270,6 +310,7 @@ impl Default for DoctorConfig {
             mismatch_floor: 0.05,
             zero_variance_rate: 0.9,
             format_error_rise: 0.2,
+            outcome_fall: 0.2,
             plateau_steps: 20,
             plateau_gain: 0.05,
             turn_limit_rate: 0.9,
@@ -359,6 +400,23 @@ impl Ctx<'_> {
         (t.values.len() >= w).then(|| &t.values[t.values.len() - w..])
     }
 
+    /// How far the recent hidden solve rate sits below its best window median since the
+    /// baseline (0 when it is at its best).
+    fn outcome_fall_from_best(&self) -> f64 {
+        let (Some(t), Some(c)) = (
+            self.track(names::SOLVE_HIDDEN),
+            self.compare(names::SOLVE_HIDDEN),
+        ) else {
+            return 0.0;
+        };
+        let (b, w) = (self.config.baseline_steps, self.config.window);
+        let best = (b + w..=t.values.len())
+            .map(|end| median(&t.values[end - w..end]))
+            .filter(|m| !m.is_nan())
+            .fold(f64::MIN, f64::max);
+        (best - c.recent).max(0.0)
+    }
+
     /// Whether the outcome (hidden solve rate) is at the ceiling or rising clearly: the
     /// context in which falling entropy or shrinking length is learning.
     fn outcome_improving(&self) -> bool {
@@ -406,6 +464,17 @@ fn rule(signature: Signature) -> Rule {
 /// baseline at step 25: collapse 0.00–0.64, healthy 0.70–0.95 (the deep rule's 0.25 alone
 /// misses seeds 2 and 11). The policy's maximum entropy is not used: the run's own baseline
 /// means the same for TinyAgent's grammar and a 150k-token Qwen3 vocabulary, a maximum does not.
+///
+/// Judged with the outcome (issue 44): the deep and crash rules hold only while hidden solve
+/// is still low (below [`DoctorConfig::low_solve_rate`], or not improving), because a
+/// learning run's entropy falls as fast as a collapsing one's: the README's PPO run at
+/// `optim.lr=1e-3` lost 42% of its baseline in 5 steps while hidden solve went 0.05 → 0.86,
+/// and a preset's default run (bypass_ppo_clip_k3_rs, seed 0) sat at 25% of its baseline
+/// while solving 0.69. Below [`DoctorConfig::entropy_floor_ratio`] of the baseline with
+/// hidden solve below [`DoctorConfig::floor_solve_rate`], it is collapse whatever the climb
+/// (the high-LR run of seed 5: entropy at 1% of its baseline, solving 0.5; the PPO recipe of
+/// seed 1: 7% while solving 0.88, not a collapse). On the 25-step high-LR runs of seeds 0, 2,
+/// 3, 5, 11 and 12 the rule still names the collapse, by step 12–16.
 fn entropy_collapse(cx: &Ctx) -> Option<String> {
     let c = cx.config;
     let e = cx.compare(names::ENTROPY)?;
@@ -420,6 +489,16 @@ fn entropy_collapse(cx: &Ctx) -> Option<String> {
         share(e.recent),
         solve.text(names::SOLVE_HIDDEN)
     );
+    // Near zero while a quarter of the tasks still fail: the policy stopped exploring before
+    // it solved them.
+    if e.recent < c.entropy_floor_ratio * e.base && solve.recent < c.floor_solve_rate {
+        return Some(context);
+    }
+    // Entropy that falls while the hidden solve rate climbs is the policy learning what to
+    // do; a collapse is a policy that stopped exploring while hidden solve is still low.
+    if solve.recent >= c.low_solve_rate && cx.outcome_improving() {
+        return None;
+    }
     if e.recent < c.entropy_collapse_ratio * e.base {
         return Some(context);
     }
@@ -631,7 +710,9 @@ fn weights_never_synced(cx: &Ctx) -> Option<String> {
 fn zero_variance_groups(cx: &Ctx) -> Option<String> {
     let z = cx.compare(names::ZERO_VARIANCE_GROUPS)?;
     let solve = cx.compare(names::SOLVE_HIDDEN)?;
-    (z.recent >= cx.config.zero_variance_rate && solve.recent < cx.config.solved_rate).then(|| {
+    // A run whose groups all agree because it learned (each task now always or never solved,
+    // the solve rate up) has converged; starved is a run that cannot start learning.
+    (z.recent >= cx.config.zero_variance_rate && !cx.outcome_improving()).then(|| {
         format!(
             "{} while {}",
             z.text(names::ZERO_VARIANCE_GROUPS),
@@ -642,7 +723,26 @@ fn zero_variance_groups(cx: &Ctx) -> Option<String> {
 
 fn format_collapse(cx: &Ctx) -> Option<String> {
     let f = cx.compare(names::FORMAT_ERROR_RATE)?;
-    (f.recent - f.base >= cx.config.format_error_rise).then(|| f.text(names::FORMAT_ERROR_RATE))
+    // Judged with the outcome: format errors that rise while the hidden solve rate climbs
+    // and holds (a preset's default run, 0.03 → 0.24 while solving 0.03 → 0.75) are noise of
+    // a policy that is learning, not a policy drifting off its prior; errors that rise as the
+    // solve rate falls from its best (grpo_passk, seed 1: 0.30 as solve fell 0.66 → 0.09)
+    // are a collapse even in a run that had learned.
+    let c = cx.config;
+    let fall = cx.outcome_fall_from_best();
+    (f.recent - f.base >= c.format_error_rise
+        && (!cx.outcome_improving() || fall >= c.outcome_fall))
+        .then(|| {
+            let mut text = f.text(names::FORMAT_ERROR_RATE);
+            if fall >= c.outcome_fall {
+                text.push_str(&format!(
+                    "\n{} {} below its best 5-step median",
+                    names::SOLVE_HIDDEN,
+                    num(fall)
+                ));
+            }
+            text
+        })
 }
 
 fn reward_plateau(cx: &Ctx) -> Option<String> {
@@ -784,6 +884,49 @@ impl Doctor {
             .map(|t| t.steps.len())
             .max()
             .unwrap_or(0)
+    }
+
+    /// The signatures whose rules could judge the run so far (their [`Signature::inputs`]
+    /// recorded over the baseline and a recent window; the reward plateau needs
+    /// [`DoctorConfig::plateau_steps`] after the baseline), in report order. A report of no
+    /// finding says how many these were: silence means "checked", not "not looked at".
+    pub fn checked(&self) -> Vec<Signature> {
+        Signature::ALL
+            .into_iter()
+            .filter(|&s| self.unchecked_reason(s).is_none())
+            .collect()
+    }
+
+    /// The signatures the doctor could not judge, each with the reason (a metric the run does
+    /// not record, or too few steps).
+    pub fn unchecked(&self) -> Vec<(Signature, String)> {
+        Signature::ALL
+            .into_iter()
+            .filter_map(|s| self.unchecked_reason(s).map(|why| (s, why)))
+            .collect()
+    }
+
+    fn unchecked_reason(&self, signature: Signature) -> Option<String> {
+        let c = &self.config;
+        let needed = match signature {
+            Signature::RewardPlateau => c.baseline_steps + c.plateau_steps,
+            _ => c.baseline_steps + c.window,
+        };
+        let len = |name: &str| self.tracks.get(name).map_or(0, |t| t.values.len());
+        for group in signature.inputs() {
+            let best = group.iter().map(|n| len(n)).max().unwrap_or(0);
+            if best == 0 {
+                return Some(format!("the run records no {}", group.join(" or ")));
+            }
+            if best < needed {
+                return Some(format!(
+                    "{} steps of {} recorded, {needed} needed",
+                    best,
+                    group.join(" or ")
+                ));
+            }
+        }
+        None
     }
 
     /// The fewest steps after which every rule can judge (baseline + window + persistence).

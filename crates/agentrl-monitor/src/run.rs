@@ -19,8 +19,9 @@ pub struct RunData {
 }
 
 impl RunData {
-    /// Reads `root/metrics.jsonl`. Refuses a folder that is not a run, naming what is
-    /// missing.
+    /// Reads `root/metrics.jsonl`. A run directory (it has its `config.toml`) without
+    /// metrics yet, one stopped before its first step ended, has no lines. Refuses a folder
+    /// that is not a run, naming what is missing.
     pub fn load(root: &Path) -> anyhow::Result<Self> {
         if !root.is_dir() {
             bail!(
@@ -29,14 +30,16 @@ impl RunData {
             );
         }
         let metrics = root.join("metrics.jsonl");
-        if !metrics.is_file() {
+        let lines = if metrics.is_file() {
+            read_metrics(&metrics)?
+        } else if root.join("config.toml").is_file() {
+            Vec::new()
+        } else {
             bail!(
-                "{} has no metrics.jsonl: not a run directory, or a run that has not finished \
-                 its first step",
+                "{} is not a run directory (no metrics.jsonl or config.toml in it)",
                 root.display()
             );
-        }
-        let lines = read_metrics(&metrics)?;
+        };
         let name = root
             .canonicalize()
             .with_context(|| format!("resolving {}", root.display()))?

@@ -153,6 +153,12 @@ impl ModelShape {
             Qwen3Config::from_file(model_config)
         }
         .with_context(|| format!("reading {}", model_config.display()))?;
+        Ok(Self::qwen3_of(config, &q))
+    }
+
+    /// [`ModelShape::qwen3`] from a parsed `config.json` (a shape compiled into the binary:
+    /// `agentrl plan --model-config qwen3-8b`).
+    pub fn qwen3_of(config: &Config, q: &Qwen3Config) -> Self {
         let shapes = q.weight_shapes();
         let parameters: usize = shapes
             .iter()
@@ -178,7 +184,7 @@ impl ModelShape {
             "bf16" | "f16" => 2,
             _ => 4,
         };
-        Ok(Self {
+        Self {
             name: format!(
                 "{:?} (hidden {}, {} layers, {})",
                 q.architecture,
@@ -201,7 +207,7 @@ impl ModelShape {
             explicit_trunk: false,
             attention_heads: q.num_attention_heads,
             grammar_bias: false,
-        })
+        }
     }
 
     /// The shape `config` trains: TinyAgent, or Qwen3 from `model.dir`'s `config.json`.

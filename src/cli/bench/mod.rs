@@ -150,8 +150,9 @@ pub enum BenchTarget {
         /// Print the result as JSON on stdout.
         #[arg(long)]
         json: bool,
-        /// `config.json` of the shape (default: the shared Qwen3-0.6B config).
-        #[arg(long)]
+        /// `config.json` of the shape, or a shape of configs/models/ by name (compiled in:
+        /// `qwen3-8b`); default: the shared Qwen3-0.6B config.
+        #[arg(long, value_name = "SHAPE|FILE")]
         config: Option<std::path::PathBuf>,
         /// Sequences per forward pass.
         #[arg(long, default_value_t = 1)]

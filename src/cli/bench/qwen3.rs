@@ -17,6 +17,8 @@ use std::process::Command;
 use std::time::Instant;
 
 use agentrl_model::qwen3::{ForwardMode, LoadOptions, Qwen3, Qwen3Config};
+
+use crate::cli::presets::Source;
 use anyhow::{bail, Context, Result};
 use candle_core::{Device, Tensor};
 use rand::{Rng, SeedableRng};
@@ -29,7 +31,8 @@ const BASELINE_SCRIPT: &str = include_str!("../../../scripts/bench_qwen3.py");
 /// What to measure.
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
-    /// `config.json` of the shape to bench (default: the shared Qwen3-0.6B config).
+    /// `config.json` of the shape to bench, or a shape of configs/models/ by name
+    /// (`qwen3-8b`; default: the shared Qwen3-0.6B config).
     pub config: Option<PathBuf>,
     pub batch: usize,
     pub seq_len: usize,
@@ -101,13 +104,22 @@ pub fn run(options: &BenchOptions) -> Result<BenchReport> {
     if options.batch == 0 || options.seq_len < 2 || options.repeats == 0 {
         bail!("bench qwen3 needs batch >= 1, seq-len >= 2 and repeats >= 1");
     }
-    let config_path = match &options.config {
-        Some(path) => path.clone(),
-        None => agentrl_chat::find_qwen3_assets()
-            .context("no Qwen3 config: pass --config or set AGENTRL_QWEN3_DIR")?
-            .join("config.json"),
+    let (config_path, config) = match &options.config {
+        Some(value) => match crate::cli::presets::resolve_model_config(value)? {
+            Source::File(path) => {
+                let config = Qwen3Config::from_file(&path)?;
+                (path, config)
+            }
+            Source::Preset(name, text) => (PathBuf::from(name), Qwen3Config::from_json(text)?),
+        },
+        None => {
+            let path = agentrl_chat::find_qwen3_assets()
+                .context("no Qwen3 config: pass --config or set AGENTRL_QWEN3_DIR")?
+                .join("config.json");
+            let config = Qwen3Config::from_file(&path)?;
+            (path, config)
+        }
     };
-    let config = Qwen3Config::from_file(&config_path)?;
     let shape = format!(
         "{} (hidden {}, {} layers, {}q/{}kv heads x {}, vocab {}), random weights",
         config_path.display(),

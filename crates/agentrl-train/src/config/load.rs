@@ -41,17 +41,35 @@ fn default_table() -> anyhow::Result<toml::Table> {
 /// not from the default's knobs), then each `--set key.path=value` override (value parsed as
 /// TOML, falling back to a string).
 pub fn load_config(path: Option<&Path>, overrides: &[String]) -> anyhow::Result<Config> {
+    let layer = match path {
+        Some(path) => Some((
+            std::fs::read_to_string(path)
+                .with_context(|| format!("reading config {}", path.display()))?,
+            path.display().to_string(),
+        )),
+        None => None,
+    };
+    let layer = layer
+        .as_ref()
+        .map(|(text, origin)| (text.as_str(), origin.as_str()));
+    load_config_text(layer, overrides)
+}
+
+/// [`load_config`] with the layer given as text and the name an error calls it by
+/// (`(text, origin)`): a preset compiled into a binary layers as its file would.
+pub fn load_config_text(
+    layer: Option<(&str, &str)>,
+    overrides: &[String],
+) -> anyhow::Result<Config> {
     let mut raw = default_table()?;
     let sections: Vec<String> = raw.keys().cloned().collect();
-    if let Some(path) = path {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading config {}", path.display()))?;
+    if let Some((text, origin)) = layer {
         let layer: toml::Table =
-            toml::from_str(&text).with_context(|| format!("parsing config {}", path.display()))?;
+            toml::from_str(text).with_context(|| format!("parsing config {origin}"))?;
         merge_layer(&mut raw, layer);
         for section in raw.keys() {
             check_section(&raw, section, &sections)
-                .with_context(|| format!("invalid config {}", path.display()))?;
+                .with_context(|| format!("invalid config {origin}"))?;
         }
     }
     for item in overrides {
@@ -60,7 +78,9 @@ pub fn load_config(path: Option<&Path>, overrides: &[String]) -> anyhow::Result<
     }
     from_table(
         raw,
-        path.map_or("configs/default.toml".into(), |p| p.display().to_string()),
+        layer.map_or("configs/default.toml".into(), |(_, origin)| {
+            origin.to_string()
+        }),
     )
 }
 

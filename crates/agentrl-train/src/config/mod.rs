@@ -12,8 +12,8 @@ pub mod schema;
 pub mod validate;
 
 pub use load::{
-    apply_override, apply_resume_overrides, load_config, parse_config_file, ConfigChange,
-    DEFAULT_CONFIG_TOML, RESUMABLE_KEYS,
+    apply_override, apply_resume_overrides, load_config, load_config_text, parse_config_file,
+    ConfigChange, DEFAULT_CONFIG_TOML, RESUMABLE_KEYS,
 };
 pub use schema::{
     AlgorithmConfig, Config, DistillConfig, DpoConfig, EngineConfig, EngineKind, EvalConfig,
