@@ -13,8 +13,8 @@
 //! of its task's `limits.disk_mib`, see `sandbox/scratch.rs`, so this bounds the memory that
 //! candidates' files can take): past either a start is a 429 with `Retry-After`, never a queue
 //! that grows without end. An episode with no request for `idle_timeout` is closed by
-//! [`reap`] (its workspace deleted), finished or not. A finished episode keeps only its last
-//! answer (for a repeated request) until it is closed. Every bad request is an [`HttpError`]
+//! `reap` (its workspace deleted), finished or not. A finished episode keeps only its last
+//! answer (for a repeated request) until it is closed. Every bad request is an `HttpError`
 //! 4xx whose message names the field or id at fault; a failure of the gym itself (a sandbox
 //! that cannot start) is a 500.
 
