@@ -15,7 +15,7 @@
 
 use agentrl_gym::Split;
 use agentrl_train::config::load_config;
-use agentrl_train::trainer::Trainer;
+use agentrl_train::{EvalSpec, Trainer};
 
 const STEPS: usize = 20;
 
@@ -43,8 +43,16 @@ fn main() -> anyhow::Result<()> {
     );
     let (mut trainer, _) = Trainer::create(config)?;
     let evaluate = |trainer: &Trainer, split: Split| -> anyhow::Result<f64> {
-        // 4 samples per task at T = 1, from a stream of its own (tag 7).
-        Ok(trainer.evaluate(split, 4, 4, 1.0, 7)?.hidden_solve_rate)
+        // Every task of the split, 4 episodes each at T = 1, from a stream of its own.
+        let spec = EvalSpec {
+            split,
+            max_tasks: None,
+            samples_per_task: 4,
+            k: 4,
+            temperature: 1.0,
+            seed: 7,
+        };
+        Ok(trainer.evaluate(&spec)?.hidden_solve_rate)
     };
     let before = (
         evaluate(&trainer, Split::Train)?,

@@ -16,6 +16,7 @@ use agentrl_train::session::{
     summary_table, Progress, SessionOptions, SessionOutcome, StepObserver,
 };
 use agentrl_train::trainer::Trainer;
+use agentrl_train::EvalSpec;
 
 #[derive(Debug, Args)]
 pub struct TrainArgs {
@@ -335,7 +336,14 @@ pub fn eval(args: EvalArgs) -> anyhow::Result<()> {
     );
     let mut reports = Vec::new();
     for split in splits {
-        reports.push(trainer.evaluate(split, samples, k, temperature, u64::MAX - 3)?);
+        reports.push(trainer.evaluate(&EvalSpec {
+            split,
+            max_tasks: None,
+            samples_per_task: samples,
+            k,
+            temperature,
+            seed: u64::MAX - 3,
+        })?);
     }
     let report = build_report(
         &run.display().to_string(),

@@ -12,6 +12,32 @@
 //! environments. The trainer never sees the engine; it only sees the sampled ids and log-probs
 //! the episodes recorded (ALGORITHMS.md §0 `μ`, §13, §17).
 //!
+//! A user starts from an [`Engine`]: a [`LocalEngine`] over a model (any [`Decoder`]: TinyAgent,
+//! Qwen3) or a [`RemoteEngine`] ([`RemoteConfig`]); [`GenerateRequest`] and [`GenerateParams`]
+//! (with [`SamplingParams`]) are what it is asked; each [`Completion`] is what comes back.
+//!
+//! ```rust
+//! use agentrl_engine::{Engine, GenerateParams, GenerateRequest, LocalEngine, SamplingParams};
+//! use agentrl_model::{TinyAgent, TinyConfig};
+//! use candle_core::Device;
+//!
+//! // A randomly initialised TinyAgent over a 16-word vocabulary, one layer.
+//! let config = TinyConfig { n_layers: 1, max_seq: 32, ..TinyConfig::for_vocab(16) };
+//! let model = TinyAgent::new(config, 1, &Device::Cpu)?;
+//! let mut engine = LocalEngine::new(&model);
+//! let params = GenerateParams {
+//!     sampling: SamplingParams::default(), // temperature 1, no top-k/top-p
+//!     max_tokens: 5,
+//!     stop: vec![15],
+//! };
+//! let request = GenerateRequest { prompt: vec![1, 2, 3], seed: 7, session: None };
+//! let completions = engine.generate(&[request], &params)?;
+//! let c = &completions[0];
+//! assert!(!c.tokens.is_empty() && c.tokens.len() <= 5);
+//! assert_eq!(c.logprobs.len(), c.tokens.len()); // one log-prob per sampled token
+//! # anyhow::Ok(())
+//! ```
+//!
 //! The trait was checked on paper against vLLM's `/v1/completions` (`../shared/ENGINES.md`):
 //! a request is a token-id prompt plus every sampling parameter and a `seed`; the response
 //! carries `token_ids`, per-token `logprobs` and a `finish_reason` of `stop` or `length`;
@@ -26,11 +52,15 @@
 use serde::{Deserialize, Serialize};
 
 pub mod local;
-pub mod noise;
-pub mod qwen3;
 pub mod remote;
 pub mod sampling;
 pub mod serve;
+
+mod noise;
+mod qwen3;
+
+// Internal, public for the binary and the trainer.
+#[doc(hidden)]
 pub mod threads;
 
 pub use local::{Decoder, LocalEngine};

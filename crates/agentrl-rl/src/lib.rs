@@ -17,6 +17,42 @@
 //! `group_ids: &[usize]`. Losses are minimised, return a differentiable scalar plus plain-f32
 //! diagnostics, and give masked tokens exactly zero gradient. Bad inputs return [`RlError`].
 //!
+//! Where it sits in task → episode → batch → loss → update: between the batch and the update.
+//! Everything a user needs is re-exported at the crate root; the modules group it by concept.
+//!
+//! ```rust
+//! use agentrl_rl::{
+//!     broadcast_to_tokens, group_advantages, pass_at_k, ppo_clip_loss, AggMode, AggScale,
+//!     GroupBaseline, PolicyLossInputs,
+//! };
+//! use candle_core::{Device, Tensor};
+//!
+//! // Two tasks, two episodes each: GRPO advantages from each task's group of rewards.
+//! let adv = group_advantages(&[1.0, 0.0, 1.0, 1.0], &[0, 0, 1, 1], GroupBaseline::GrpoStd)?;
+//! assert!(adv.per_sequence[0] > 0.0 && adv.per_sequence[1] < 0.0);
+//! assert_eq!(adv.zero_variance_groups, 1); // the second task's group teaches nothing
+//!
+//! // On the episodes' action tokens ([B, T] = [4, 3], the last token of each not an action):
+//! let dev = Device::Cpu;
+//! let mask = Tensor::new(&[[1f32, 1., 0.]; 4], &dev)?;
+//! let advantages = broadcast_to_tokens(&adv.per_sequence, &mask)?;
+//! let log_probs = Tensor::full(-1f32, (4, 3), &dev)?; // the policy being trained
+//! let old_log_probs = Tensor::full(-1.1f32, (4, 3), &dev)?; // the policy that sampled
+//! let inputs = PolicyLossInputs {
+//!     log_probs: &log_probs,
+//!     old_log_probs: &old_log_probs,
+//!     advantages: &advantages,
+//!     mask: &mask,
+//!     token_weights: None,
+//! };
+//! let out = ppo_clip_loss(&inputs, 0.2, 0.2, None, AggMode::TokenMean, &AggScale::default())?;
+//! assert_eq!(out.loss.dims(), &[] as &[usize]); // a scalar to minimise
+//!
+//! // pass@k from n samples with c correct (the unbiased estimator).
+//! assert_eq!(pass_at_k(4, 1, 4)?, 1.0);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! ## Where each concept lives (data-flow order: batch → advantages → loss → update)
 //!
 //! | module | what it holds |

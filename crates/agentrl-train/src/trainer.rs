@@ -30,6 +30,7 @@ use crate::build::{
 };
 use crate::config::{apply_resume_overrides, parse_config_file, Config, ConfigChange};
 use crate::engine_sync::EngineSync;
+use crate::eval_spec::EvalSpec;
 use crate::metrics::metric_line;
 use crate::optim::{AdamW, AdamWParams};
 use crate::plan::check_memory;
@@ -335,11 +336,13 @@ impl Trainer {
     }
 
     /// What `engine.cpu_matmul` came to for the engine (and the line the run's log prints).
+    #[doc(hidden)]
     pub fn engine_amx(&self) -> &crate::engine_sync::AmxChoice {
         self.engine.amx()
     }
 
     /// Whether the engine samples from its own copy packed for the CPU's AMX unit now.
+    #[doc(hidden)]
     pub fn engine_packed_for_amx(&self) -> bool {
         self.engine.copy_packed_for_amx()
     }
@@ -356,6 +359,7 @@ impl Trainer {
 
     /// Tasks of training step `step`: consecutive slices of per-epoch permutations of the
     /// training split.
+    #[doc(hidden)]
     pub fn tasks_for_step(&self, step: usize) -> Vec<String> {
         let per_step = self.config.rollout.tasks_per_step;
         let seed = self.config.train.seed;
@@ -381,7 +385,7 @@ impl Trainer {
     /// few training tasks, the trainer scores the same tokens, and a semantic mismatch
     /// refuses the run ([`crate::preflight`]). The report is kept in
     /// [`Trainer::preflight`] and written to the run's `preflight.json`.
-    pub fn run_preflight(&mut self) -> anyhow::Result<()> {
+    pub(crate) fn run_preflight(&mut self) -> anyhow::Result<()> {
         if !self.config.engine.preflight {
             return Ok(());
         }
@@ -434,48 +438,32 @@ impl Trainer {
             })
     }
 
-    /// Evaluates the current policy on `split`: `samples` episodes per task at `temperature`
-    /// (0 = greedy), pass@k for `k <= samples`, seeded from `(seed, tag)` so evaluations are
-    /// reproducible and never touch the training streams.
-    pub fn evaluate(
-        &self,
-        split: Split,
-        samples: usize,
-        k: usize,
-        temperature: f64,
-        tag: u64,
-    ) -> anyhow::Result<EvalReport> {
-        self.evaluate_tasks(split, usize::MAX, samples, k, temperature, tag)
+    /// The run's own evaluation of `split` (untrained, periodic, final), as its `[eval]`
+    /// section says ([`EvalSpec::for_run`]), with the stream seed `seed`.
+    pub fn evaluate_for_run(&self, split: Split, seed: u64) -> anyhow::Result<EvalReport> {
+        self.evaluate(&EvalSpec::for_run(&self.config.eval, split, seed))
     }
 
-    /// The run's own evaluation of `split` (untrained, periodic, final): the config's samples,
-    /// temperature and `eval.tasks_per_split`.
-    pub fn evaluate_for_run(&self, split: Split, tag: u64) -> anyhow::Result<EvalReport> {
-        let e = &self.config.eval;
-        let limit = match e.tasks_per_split {
-            0 => usize::MAX,
-            n => n,
-        };
-        self.evaluate_tasks(split, limit, e.samples, e.samples, e.temperature, tag)
-    }
-
-    /// [`Self::evaluate`] on at most `limit` tasks of `split`, spread evenly over its order.
-    fn evaluate_tasks(
-        &self,
-        split: Split,
-        limit: usize,
-        samples: usize,
-        k: usize,
-        temperature: f64,
-        tag: u64,
-    ) -> anyhow::Result<EvalReport> {
+    /// Evaluates the current policy on fresh episodes as `spec` says (which split and tasks,
+    /// episodes per task, pass@k, temperature, seed): reproducible, and never touching the
+    /// training streams.
+    pub fn evaluate(&self, spec: &EvalSpec) -> anyhow::Result<EvalReport> {
+        spec.check()?;
+        let EvalSpec {
+            split,
+            max_tasks,
+            samples_per_task,
+            k,
+            temperature,
+            seed,
+        } = *spec;
         let all: Vec<String> = self
             .tasks
             .split_checked(split)?
             .iter()
             .map(|t| t.id.clone())
             .collect();
-        let ids = spread(&all, limit);
+        let ids = spread(&all, max_tasks.unwrap_or(usize::MAX));
         if ids.is_empty() {
             bail!(
                 "split {split} has no tasks in {}",
@@ -490,7 +478,7 @@ impl Trainer {
             temperature,
             ..self.config.sampling.clone()
         };
-        let mut rng = stream(self.config.train.seed, tag, STREAM_EVAL);
+        let mut rng = stream(self.config.train.seed, seed, STREAM_EVAL);
         // Evaluation measures the policy itself: the trainer's weights, exact log-probs.
         let mut engine = self.policy.local_engine(LogprobKind::TemperatureScaled);
         engine.sync_weights(&WeightSync::Shared {
@@ -503,7 +491,7 @@ impl Trainer {
             &self.sampler().rollout_limits(),
             split.as_str(),
             &ids,
-            samples,
+            samples_per_task,
             k,
             crate::sampler::live_episode_bound(&self.config),
             &mut |n| self.sampler().envs(n),
@@ -518,16 +506,17 @@ impl Trainer {
 
     /// `count` fresh envs of the run's episode config (turn limit, reward), sharing the run's
     /// sandbox executor and outcome cache.
-    pub fn training_envs(&self, count: usize) -> Vec<GymEnv> {
+    pub(crate) fn training_envs(&self, count: usize) -> Vec<GymEnv> {
         self.sampler().envs(count)
     }
 
     /// The limits the run's rollouts use (episode length, env threads).
-    pub fn episode_limits(&self) -> RolloutLimits {
+    pub(crate) fn episode_limits(&self) -> RolloutLimits {
         self.sampler().rollout_limits()
     }
 
     /// The ids of the train split's tasks.
+    #[doc(hidden)]
     pub fn train_task_ids(&self) -> &[String] {
         &self.train_ids
     }
@@ -535,7 +524,7 @@ impl Trainer {
     /// Opens another run's newest loadable checkpoint as a frozen teacher (`agentrl distill
     /// --teacher RUN`): read-only like [`Self::open_for_eval`], computing on this process's
     /// `threads` whatever the teacher's config says.
-    pub fn open_as_teacher(path: &std::path::Path, threads: usize) -> anyhow::Result<Self> {
+    pub(crate) fn open_as_teacher(path: &std::path::Path, threads: usize) -> anyhow::Result<Self> {
         let run = RunDir::open(path)?;
         let config_path = run.config_path();
         let mut config = parse_config_file(&config_path)?;

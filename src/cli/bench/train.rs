@@ -15,6 +15,7 @@ use agentrl_train::config::load_config;
 use agentrl_train::recipes::rl::run_rl_session;
 use agentrl_train::session::{Progress, SessionOptions};
 use agentrl_train::trainer::Trainer;
+use agentrl_train::EvalSpec;
 
 const TARGET: f64 = 0.9;
 const EVAL_EVERY: usize = 2;
@@ -63,7 +64,16 @@ pub fn run(json: bool, extra_overrides: &[String]) -> anyhow::Result<()> {
     )?;
     // Reload the run at its last checkpoint (where training stopped) for the heldout figures.
     let trainer = Trainer::open_for_eval(std::path::Path::new(&outcome.run_dir))?;
-    let greedy = |split| trainer.evaluate(split, 1, 1, 0.0, u64::MAX - 4);
+    let greedy = |split| {
+        trainer.evaluate(&EvalSpec {
+            split,
+            max_tasks: None,
+            samples_per_task: 1,
+            k: 1,
+            temperature: 0.0,
+            seed: u64::MAX - 4,
+        })
+    };
     let train = greedy(Split::Train)?;
     let heldout = greedy(Split::Heldout)?;
     let family = greedy(Split::HeldoutFamily)?;

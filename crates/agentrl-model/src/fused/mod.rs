@@ -6,20 +6,20 @@
 //! `softmax_last_dim` / `rms_norm` — they record a backward pass, so gradients flow. Each is
 //! checked against the composed candle ops (value and gradient) in its own tests.
 //!
-//! * [`causal_softmax`]: `softmax(scale · x + causal mask)` over the last dim of `[.., T, T]`.
-//! * [`causal_attention`]: the whole attention core, `softmax(scale · Q Kᵀ + causal mask) V`,
+//! * `causal_softmax`: `softmax(scale · x + causal mask)` over the last dim of `[.., T, T]`.
+//! * `causal_attention`: the whole attention core, `softmax(scale · Q Kᵀ + causal mask) V`,
 //!   read straight from the QKV projection `[B, T, 3·D]` and written as `[B, T, D]`; one head
 //!   per task, skipping the masked half, with the probabilities recomputed in the backward
 //!   pass instead of stored. Composed from candle ops, this part of the step cost about 45%
 //!   of it: a thousand small batched GEMMs per step, each with a thread-pool round trip.
-//! * [`log_softmax_gather`]: `log_softmax(logits)[target]` per position: the token log-probs a
+//! * `log_softmax_gather`: `log_softmax(logits)[target]` per position: the token log-probs a
 //!   policy-gradient loss needs, without materialising the `[.., V]` log-softmax. The model
 //!   crate's one log-prob gather (Qwen3's scoring goes through it).
 //! * [`log_prob_and_entropy`]: the log-prob of the target and the entropy of each row's
 //!   softmax in one pass: what an update's policy loss and entropy bonus read.
-//! * [`gelu`]: tanh-approximated GELU.
-//! * [`rms_norm`]: `x · rsqrt(mean(x²) + eps) · w` with gradients for `x` and `w`.
-//! * [`silu_mul`]: SwiGLU's `silu(gate) ⊙ up` in one pass, for Qwen3's inference forward only
+//! * `gelu`: tanh-approximated GELU.
+//! * `rms_norm`: `x · rsqrt(mean(x²) + eps) · w` with gradients for `x` and `w`.
+//! * `silu_mul`: SwiGLU's `silu(gate) ⊙ up` in one pass, for Qwen3's inference forward only
 //!   (the one op here without a backward pass).
 //! * [`amx_matmul`]: `x · W` for Qwen3's frozen weights in inference, on the CPU's AMX tile
 //!   unit at f32 accuracy (bf16x3), where the CPU has one; no backward pass either.
@@ -29,7 +29,7 @@
 //!
 //! They run on f32 CPU tensors (TinyAgent's training setting); other devices/dtypes get an error
 //! naming the op, never a silent fallback without gradient. The exception is
-//! [`log_softmax_gather`], which Qwen3 also calls: it converts to f32 itself and, off the CPU,
+//! `log_softmax_gather`, which Qwen3 also calls: it converts to f32 itself and, off the CPU,
 //! falls back to composed candle ops that do record a backward pass.
 //!
 //! The attention, GELU and RMSNorm kernels also work on plain slices (`attention_forward`,

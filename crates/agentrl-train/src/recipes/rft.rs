@@ -7,7 +7,7 @@
 //! tests ([`agentrl_gym::Reward::solved`]; passing the public tests alone never counts, so a
 //! policy that games them learns nothing from it) → distinct kept episodes (RFT keeps
 //! distinct correct paths) → `rft.sft_steps` supervised updates at `sft.lr`
-//! ([`Trainer::supervised_update`], NLL on action tokens) → one metrics line with the
+//! (`Trainer::supervised_update`, NLL on action tokens) → one metrics line with the
 //! samples' rollout figures and `rft/acceptance_rate`. A round that accepts nothing updates
 //! nothing. Everything around it is the RL recipe's (run directory, evaluations,
 //! checkpoints, summary: [`run_recipe_session`]); sampling draws from `(seed, step, purpose)`,

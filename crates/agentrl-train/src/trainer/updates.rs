@@ -21,7 +21,7 @@ impl Trainer {
     /// One supervised step on `episodes` (negative log-likelihood of their action tokens, the
     /// batch's loss mask) at `lr`; advances the step counter and the episode count. Returns
     /// the loss.
-    pub fn supervised_step(&mut self, episodes: &[Episode], lr: f64) -> anyhow::Result<f64> {
+    pub(crate) fn supervised_step(&mut self, episodes: &[Episode], lr: f64) -> anyhow::Result<f64> {
         let started = Instant::now();
         let loss = self.supervised_update(episodes, lr)?;
         self.finish_step(episodes.len(), started.elapsed().as_secs_f64());
@@ -30,7 +30,11 @@ impl Trainer {
 
     /// One supervised optimizer step on `episodes` at `lr`, within the current training step
     /// (the step counter stays: a recipe may take several, then [`Self::finish_step`]).
-    pub fn supervised_update(&mut self, episodes: &[Episode], lr: f64) -> anyhow::Result<f64> {
+    pub(crate) fn supervised_update(
+        &mut self,
+        episodes: &[Episode],
+        lr: f64,
+    ) -> anyhow::Result<f64> {
         anyhow::ensure!(!episodes.is_empty(), "a supervised step needs episodes");
         // Micro-batches as the RL update's (`algorithm.minibatches` of the step's episodes,
         // what `agentrl plan` budgets), so a warm-up on long demonstrations fits as RL does.
@@ -58,7 +62,7 @@ impl Trainer {
 
     /// Ends a recipe's training step: the step counter, the episodes it sampled or read, its
     /// seconds.
-    pub fn finish_step(&mut self, episodes: usize, seconds: f64) {
+    pub(crate) fn finish_step(&mut self, episodes: usize, seconds: f64) {
         self.state.step += 1;
         self.state.optimizer_steps = self.optimizer.steps_taken();
         self.state.episodes_seen += episodes as u64;
@@ -68,6 +72,7 @@ impl Trainer {
     /// `per_task` episodes of each of `task_ids`, sampled by the current policy as an RL
     /// step samples them (the run's sampling parameters, candidate shuffling, engine weights
     /// synced to this step).
+    #[doc(hidden)]
     pub fn sample_policy_episodes(
         &mut self,
         task_ids: &[String],
@@ -87,6 +92,7 @@ impl Trainer {
 
     /// Summed action-token log-probs of each of `episodes` under the current policy (no
     /// gradient kept), in chunks of `MAX_LIVE_EPISODES`.
+    #[doc(hidden)]
     pub fn sequence_log_probs(&self, episodes: &[Episode]) -> anyhow::Result<Vec<f32>> {
         let mut out = Vec::with_capacity(episodes.len());
         for chunk in episodes.chunks(MAX_LIVE_EPISODES) {
@@ -104,6 +110,7 @@ impl Trainer {
     /// One DPO optimizer step ([`dpo_update`]) on `chosen[i]` against
     /// `rejected[i]`, with the reference's summed log-probs `reference` (chosen then rejected)
     /// at `lr`; `dry_run` only measures. The step counter stays.
+    #[doc(hidden)]
     pub fn dpo_update(
         &mut self,
         chosen: &[Episode],
@@ -138,6 +145,7 @@ impl Trainer {
     /// One on-policy distillation step ([`distill_update`]) on the student's
     /// own `episodes`, the `teacher` scoring every sampled action token, at `lr` with the
     /// advantage coefficient `coef`; `dry_run` only measures. The step counter stays.
+    #[doc(hidden)]
     pub fn distill_update(
         &mut self,
         teacher: &Trainer,

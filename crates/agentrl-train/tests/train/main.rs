@@ -13,6 +13,7 @@ mod common;
 mod config;
 mod distill;
 mod engine_amx;
+mod eval_spec;
 mod gdpo;
 mod metrics;
 mod optim;

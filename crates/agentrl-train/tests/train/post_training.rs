@@ -11,8 +11,21 @@ use agentrl_train::recipes::dpo::{build_pool, run_dpo_session, PAIRS_FILE};
 use agentrl_train::recipes::rft::run_rft_session;
 use agentrl_train::session::{Progress, SessionOptions};
 use agentrl_train::trainer::Trainer;
+use agentrl_train::EvalSpec;
 
 use crate::common;
+
+/// The train split, every task, 16 episodes each at T = 1, pass@16, from the stream `seed`.
+fn train_split_16(seed: u64) -> EvalSpec {
+    EvalSpec {
+        split: Split::Train,
+        max_tasks: None,
+        samples_per_task: 16,
+        k: 16,
+        temperature: 1.0,
+        seed,
+    }
+}
 
 fn config(root: &Path, tasks: &Path, name: &str, extra: &[String]) -> anyhow::Result<Config> {
     let mut sets: Vec<String> = vec![
@@ -44,9 +57,7 @@ fn quiet() -> SessionOptions {
 
 /// Hidden solve rate on the train split, 16 samples per task.
 fn solve_rate(trainer: &Trainer) -> anyhow::Result<f64> {
-    Ok(trainer
-        .evaluate(Split::Train, 16, 16, 1.0, 7)?
-        .hidden_solve_rate)
+    Ok(trainer.evaluate(&train_split_16(7))?.hidden_solve_rate)
 }
 
 fn metric_series(run_dir: &Path, name: &str) -> anyhow::Result<Vec<f64>> {

@@ -10,8 +10,21 @@ use agentrl_train::recipes::rl::run_rl_session;
 use agentrl_train::session::{Progress, SessionOptions};
 use agentrl_train::step_record::StepRecord;
 use agentrl_train::trainer::Trainer;
+use agentrl_train::EvalSpec;
 
 use crate::common;
+
+/// The train split, every task, 16 episodes each at T = 1, pass@16, from the stream `seed`.
+fn train_split_16(seed: u64) -> EvalSpec {
+    EvalSpec {
+        split: Split::Train,
+        max_tasks: None,
+        samples_per_task: 16,
+        k: 16,
+        temperature: 1.0,
+        seed,
+    }
+}
 
 /// Copies `per_split` built-in tasks of each split into `dir` (a small task set).
 fn small_task_dir(dir: &Path, per_split: usize) -> anyhow::Result<()> {
@@ -65,14 +78,14 @@ fn small_trainer(
 fn train_between_evaluations(
     trainer: &mut Trainer,
 ) -> anyhow::Result<(EvalReport, EvalReport, Vec<StepRecord>)> {
-    let before = trainer.evaluate(Split::Train, 16, 16, 1.0, 1)?;
+    let before = trainer.evaluate(&train_split_16(1))?;
     let mut records = Vec::new();
     while trainer.state.step < trainer.config.train.steps {
         let record = trainer.step()?;
         trainer.log(&record)?;
         records.push(record);
     }
-    let after = trainer.evaluate(Split::Train, 16, 16, 1.0, 2)?;
+    let after = trainer.evaluate(&train_split_16(2))?;
     eprintln!("before: {before:?}\nafter: {after:?}");
     Ok((before, after, records))
 }
@@ -683,7 +696,13 @@ fn a_runs_evaluations_take_eval_tasks_per_split_spread_over_the_split() -> anyho
     let (_tmp, trainer) =
         small_trainer(4, "subset", &["eval.tasks_per_split=2", "eval.samples=1"])?;
     let all: Vec<String> = trainer
-        .evaluate(Split::Train, 1, 1, 1.0, 3)?
+        .evaluate(&EvalSpec {
+            split: Split::Train,
+            samples_per_task: 1,
+            k: 1,
+            seed: 3,
+            ..EvalSpec::default()
+        })?
         .per_task
         .into_keys()
         .collect();
