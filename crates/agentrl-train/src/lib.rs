@@ -119,6 +119,12 @@ pub use trainer::Trainer;
 /// `n > 0` and `step` is a multiple of `n` ("every n steps"). Written with `%` because the
 /// workspace's MSRV (1.85) predates `usize::is_multiple_of`.
 #[allow(clippy::manual_is_multiple_of)]
+/// README.md's Rust blocks, compiled by `cargo test --doc` so the "use it from your crate"
+/// example keeps to the API (it is `no_run`: it trains and writes a run directory).
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeExamples;
+
 pub(crate) fn every(step: usize, n: usize) -> bool {
     n > 0 && step % n == 0
 }

@@ -754,7 +754,10 @@ fn the_engine_trainer_gap_is_recorded_when_measured_and_absent_otherwise() -> an
             .engine_logprob_gap
             .expect("engine.measure_mismatch = true records the gap");
         assert!((0.0..1e-4).contains(&gap), "gap {gap}");
-        assert_eq!(plain.update.loss, with_gap.update.loss, "the update is unchanged");
+        assert_eq!(
+            plain.update.loss, with_gap.update.loss,
+            "the update is unchanged"
+        );
     }
     Ok(())
 }
