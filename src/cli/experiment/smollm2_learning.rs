@@ -65,7 +65,9 @@ const CONFIG: &str = include_str!("../../../configs/smollm2.toml");
 
 /// Settings of every stage on top of [`CONFIG`]: two compute threads (fixed, so a seed gives
 /// the same run on any machine; one is twice as slow), no warm-up inside an RL stage (the SFT
-/// stages are the warm-up), SFT at the warm-up's rate, episodes kept for every step.
+/// stages are the warm-up), SFT at the warm-up's rate, episodes kept for every step, and the
+/// engine/trainer log-prob gap measured every GRPO step (the engine shares the trainer's
+/// weights, so nothing else scores the batch; the update is the same either way).
 const COMMON: &[&str] = &[
     "train.threads=2",
     "train.format_warmup_steps=0",
@@ -237,20 +239,19 @@ fn setup_line() -> anyhow::Result<String> {
         .lines()
         .find_map(|line| Some(line.strip_prefix("model name")?.split(':').nth(1)?.trim()))
         .unwrap_or("unknown CPU");
-    let flags: Vec<&str> = cpuinfo
-        .lines()
-        .find_map(|line| line.strip_prefix("flags")?.split(':').nth(1))
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let has = |flag: &str| if flags.contains(&flag) { "yes" } else { "no" };
+    #[cfg(target_arch = "x86_64")]
+    let avx512 = std::arch::is_x86_feature_detected!("avx512f");
+    #[cfg(not(target_arch = "x86_64"))]
+    let avx512 = false;
+    let yes_no = |on: bool| if on { "yes" } else { "no" };
     Ok(format!(
         "Model file: `{}`, sha256 `{:x}`. CPU: {cpu} ({} threads; AVX-512 {}, AMX {}).\n\n",
         path.file_name().unwrap_or_default().to_string_lossy(),
         hasher.finalize(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
-        has("avx512f"),
-        has("amx_tile"),
+        yes_no(avx512),
+        // What the AMX kernels would find: the CPU's flag and the kernel's grant.
+        yes_no(agentrl_model::fused::amx_matmul::amx_available()),
     ))
 }
 
