@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The doctor over the presets' default runs: for every TinyAgent preset in configs/ (and
-# qwen3-tiny-grpo.toml on a tiny random Qwen3 that scripts/make_tiny_qwen3.py makes), the
-# preset's own run (`agentrl train --config configs/NAME.toml`, nothing else set but the seed)
+# The doctor over the presets' default runs: for every TinyAgent preset in configs/ (and, when
+# PRESETS names it, configs/tests/qwen3-tiny-grpo.toml on a tiny random Qwen3 that
+# scripts/make_tiny_qwen3.py makes: a test config, not a preset), the preset's own run (`agentrl train --config configs/NAME.toml`, nothing else set but the seed)
 # on each seed, then `agentrl doctor` on it; one Markdown table row per run. The doctor must
 # find nothing on these runs (issue 44; docs/doctor-presets.md has the table).
 #
@@ -33,7 +33,7 @@ if [ -z "${PRESETS:-}" ]; then
 fi
 mkdir -p "$OUT/runs" "$OUT/logs"
 
-# The tiny random Qwen3 of configs/qwen3-tiny-grpo.toml (its header names the shape).
+# The tiny random Qwen3 of configs/tests/qwen3-tiny-grpo.toml (its header names the shape).
 tiny_qwen3() {
   if [ ! -f "$OUT/tiny-qwen3/config.json" ]; then
     python3 "$REPO/scripts/make_tiny_qwen3.py" --out "$OUT/tiny-qwen3" \
@@ -46,10 +46,13 @@ train() {
   local name="$1" seed="$2" run="$OUT/runs/$1-s$2"
   [ -f "$run/summary.json" ] && return 0
   rm -rf "$run"
-  local model=()
-  [ "$name" = "qwen3-tiny-grpo" ] && model=(--model "$(tiny_qwen3)")
+  local model=() file="$REPO/configs/$name.toml"
+  if [ "$name" = "qwen3-tiny-grpo" ]; then
+    model=(--model "$(tiny_qwen3)")
+    file="$REPO/configs/tests/$name.toml"
+  fi
   local start=$SECONDS
-  if "$AGENTRL" train --config "$REPO/configs/$name.toml" "${model[@]}" --no-summary \
+  if "$AGENTRL" train --config "$file" "${model[@]}" --no-summary \
     --set train.seed="$seed" --set train.runs_root="\"$OUT/runs\"" \
     --set train.run_name="\"$name-s$seed\"" >"$OUT/logs/$name-s$seed.log" 2>&1; then
     echo "$name seed $seed: trained in $((SECONDS - start)) s"

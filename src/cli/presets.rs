@@ -3,7 +3,7 @@
 //! installed binary alone; and the one rule every `--config` follows:
 //!
 //! 1. a file that exists is read (a path always wins, so a preset can be copied and edited);
-//! 2. else a preset's name (`ppo`, `qwen3-tiny-grpo`) is that preset;
+//! 2. else a preset's name (`ppo`, `smollm2`) is that preset;
 //! 3. else a path to a preset's file that is not here (`configs/ppo.toml` outside the
 //!    checkout) is the compiled-in preset of that name, and stderr says so;
 //! 4. else an error that lists the presets.
@@ -53,7 +53,6 @@ pub const PRESETS: &[(&str, &str)] = presets![
     "dppo_tv",
     "bypass_pg_is",
     "bypass_ppo_clip_k3_rs",
-    "qwen3-tiny-grpo",
     "qwen3-0.6b-grpo",
     "qwen3-8b-grpo",
     "smollm2",
@@ -66,7 +65,7 @@ pub const MODEL_PRESETS: &[(&str, &str)] = &[(
 )];
 
 /// The help line of every `--config`.
-pub const CONFIG_HELP: &str = "A preset's name (e.g. `ppo`, `dapo`, `qwen3-tiny-grpo`: the \
+pub const CONFIG_HELP: &str = "A preset's name (e.g. `ppo`, `dapo`, `smollm2`: the \
     files of configs/, compiled in) or a TOML file, layered on the default config; omit for \
     the default run. A path that does not exist but names a preset (`configs/ppo.toml` outside \
     the checkout) uses the compiled-in preset and says so on stderr. An unknown name lists the \

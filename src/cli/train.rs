@@ -161,13 +161,19 @@ pub fn run_recipe(
     }
     let split = parse_split(&trainer.config.rollout.split)?;
     let r = &trainer.config.rollout;
+    let split_len = trainer.split_len(split);
+    let trained = trainer.train_task_ids().len();
+    let task_count = if trained == split_len {
+        format!("{split_len} tasks")
+    } else {
+        format!("{trained} of its {split_len} tasks, rollout.task_ids")
+    };
     eprintln!(
-        "training {} with {} on the {} split ({} tasks): {} x {} \
+        "training {} with {} on the {} split ({task_count}): {} x {} \
          episodes (tasks x group) per step, {} steps",
         trainer.describe_policy(),
         method.map_or_else(|| trainer.algorithm.to_string(), str::to_string),
         r.split,
-        trainer.split_len(split),
         r.tasks_per_step,
         r.group_size,
         trainer.config.train.steps

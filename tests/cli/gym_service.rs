@@ -191,7 +191,7 @@ fn a_run_over_fleets_of_engines_and_gym_servers_survives_a_gym_server_killed_mid
         format!("gym.endpoints={}", endpoints(&[&doomed, &survivor])),
         "gym.backoff_s=0.05".to_string(),
     ];
-    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/qwen3-tiny-grpo.toml");
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/tests/qwen3-tiny-grpo.toml");
     let run = train(tmp.path(), "fleet", &sets, Some(&config));
     // Kill the first gym server once it has served a few tool calls of the first step.
     let started = Instant::now();

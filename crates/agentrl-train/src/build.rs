@@ -273,25 +273,51 @@ pub fn parse_split(name: &str) -> anyhow::Result<Split> {
         })
 }
 
-/// Loads the run's tasks and checks that the training split has some (before anything is
-/// created on disk).
+/// Loads the run's tasks and checks that the training split has some, and that
+/// `rollout.task_ids` names tasks of it (before anything is created on disk).
 pub fn checked_tasks(config: &Config) -> anyhow::Result<TaskSet> {
     let tasks = load_tasks(config)?;
-    let split = parse_split(&config.rollout.split)?;
-    if tasks.split(split).is_empty() {
+    training_task_ids(config, &tasks)?;
+    Ok(tasks)
+}
+
+/// The ids of the tasks the run trains on, in the split's order: `rollout.split`'s tasks, or
+/// those of them `rollout.task_ids` names.
+pub fn training_task_ids(config: &Config, tasks: &TaskSet) -> anyhow::Result<Vec<String>> {
+    let rollout = &config.rollout;
+    let source = || {
+        rollout
+            .tasks_dir
+            .as_deref()
+            .map_or("the built-in tasks".to_string(), |d| {
+                format!("rollout.tasks_dir = {d}")
+            })
+    };
+    let split = parse_split(&rollout.split)?;
+    let all: Vec<String> = tasks
+        .split_checked(split)?
+        .iter()
+        .map(|t| t.id.clone())
+        .collect();
+    if all.is_empty() {
         bail!(
             "rollout.split = {:?} has no tasks in {}",
-            config.rollout.split,
-            config
-                .rollout
-                .tasks_dir
-                .as_deref()
-                .map_or("the built-in tasks".to_string(), |d| format!(
-                    "rollout.tasks_dir = {d}"
-                ))
+            rollout.split,
+            source()
         );
     }
-    Ok(tasks)
+    let Some(wanted) = &rollout.task_ids else {
+        return Ok(all);
+    };
+    if let Some(missing) = wanted.iter().find(|id| !all.contains(id)) {
+        bail!(
+            "rollout.task_ids names {missing:?}, which is not a task of the {} split in {} \
+             (`agentrl gym list` lists them)",
+            rollout.split,
+            source()
+        );
+    }
+    Ok(all.into_iter().filter(|id| wanted.contains(id)).collect())
 }
 
 /// The sampling defaults in the model folder's `generation_config.json` (what a server

@@ -26,7 +26,8 @@ use rand::Rng;
 
 use crate::algo::{Algorithm, Knobs};
 use crate::build::{
-    build_policy, checked_tasks, kl_controller, model_sampling_defaults, parse_split, BuiltPolicy,
+    build_policy, checked_tasks, kl_controller, model_sampling_defaults, training_task_ids,
+    BuiltPolicy,
 };
 use crate::config::{apply_resume_overrides, parse_config_file, Config, ConfigChange};
 use crate::engine_sync::EngineSync;
@@ -286,15 +287,7 @@ impl Trainer {
             },
         )?;
         let tasks = Arc::new(tasks);
-        let split = parse_split(&config.rollout.split)?;
-        let train_ids: Vec<String> = tasks
-            .split_checked(split)?
-            .iter()
-            .map(|t| t.id.clone())
-            .collect();
-        if train_ids.is_empty() {
-            bail!("rollout.split = {:?} has no tasks", config.rollout.split);
-        }
+        let train_ids = training_task_ids(&config, &tasks)?;
         let kl = kl_controller(&knobs, knobs.kl_coef)?;
         let state = TrainState {
             step: 0,

@@ -162,7 +162,7 @@ fn the_plan_is_within_a_quarter_of_a_real_steps_memory() -> anyhow::Result<()> {
         "model.max_seq=1024".into(),
         "rollout.max_turns=4".into(),
     ];
-    let file = repo.join("configs/qwen3-tiny-grpo.toml");
+    let file = repo.join("configs/tests/qwen3-tiny-grpo.toml");
     let (measured, planned, table) = measured_and_planned(tmp.path(), Some(&file), &sets)?;
     eprintln!(
         "tiny Qwen3: measured {:.1} MB, planned {:.1} MB\n{table}",

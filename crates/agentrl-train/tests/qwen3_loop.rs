@@ -1,6 +1,6 @@
 //! Qwen3 in the loop (issue 11): a tiny random Qwen3 with the real tokenizer and chat
 //! template, made by the committed `scripts/make_tiny_qwen3.py`, trained through the same
-//! trainer as TinyAgent (`configs/qwen3-tiny-grpo.toml`), and the engine preflight against
+//! trainer as TinyAgent (`configs/tests/qwen3-tiny-grpo.toml`), and the engine preflight against
 //! known mismatches: a bf16 engine (numeric drift, reported), raw log-probs at T = 0.7
 //! (semantic, refused) and an `agentrl serve` server that forces another temperature
 //! (refused, over loopback).
@@ -94,7 +94,10 @@ fn qwen3_config(root: &Path, model: &Path, extra: &[String]) -> anyhow::Result<C
         "train.threads=2".to_string(),
     ];
     set.extend(extra.iter().cloned());
-    load_config(Some(&repo().join("configs/qwen3-tiny-grpo.toml")), &set)
+    load_config(
+        Some(&repo().join("configs/tests/qwen3-tiny-grpo.toml")),
+        &set,
+    )
 }
 
 /// Plain sampling (T = 1, no top-p or top-k truncation) in place of the config's Qwen3
@@ -185,7 +188,7 @@ impl Untrained {
     }
 }
 
-/// The learning test of `configs/qwen3-tiny-grpo.toml` (a tiny random Qwen3, the real
+/// The learning test of `configs/tests/qwen3-tiny-grpo.toml` (a tiny random Qwen3, the real
 /// template, LoRA): the untrained model never writes a valid `<tool_call>`; the supervised
 /// warm-up on well-formed calls (an SFT use: `train.format_warmup_steps`) makes some turns
 /// valid; GRPO, whose reward charges each format error, then raises the valid-call rate and

@@ -1,7 +1,7 @@
 //! `agentrl experiment qwen3-format`: a tiny random Qwen3 learns the tool-call format on the
 //! CPU. The model has Qwen3's real 151,936-token vocabulary, tokenizer and chat template and
 //! random weights (`scripts/make_tiny_qwen3.py`, embedded here, run with `python3`); the
-//! recipe is `configs/qwen3-tiny-grpo.toml` (embedded) with its warm-up switched to SFT on the
+//! recipe is `configs/tests/qwen3-tiny-grpo.toml` (embedded) with its warm-up switched to SFT on the
 //! gym expert's chat episodes (`train.format_warmup_data = "expert"`, candidate edits), then
 //! GRPO whose reward charges each format error.
 //!
@@ -46,7 +46,7 @@ pub(crate) const EXPERIMENT: DrivenExperiment = DrivenExperiment {
 };
 
 /// The recipe: the repository's tiny-Qwen3 config, as committed.
-const CONFIG: &str = include_str!("../../../configs/qwen3-tiny-grpo.toml");
+const CONFIG: &str = include_str!("../../../configs/tests/qwen3-tiny-grpo.toml");
 /// The tiny model's maker, as committed (standard library only).
 const MAKE_TINY_QWEN3: &str = include_str!("../../../scripts/make_tiny_qwen3.py");
 /// The shape `tests/qwen3_loop.rs` trains: hidden 64, weights scaled so a random model's
@@ -160,7 +160,7 @@ fn run(args: &ExperimentArgs, out: &Path) -> anyhow::Result<()> {
         write_figure(out, "rates", &title, &rates)?,
         write_figure(out, "reward", &reward_title, &reward)?,
     ];
-    let common: Vec<&str> = std::iter::once("configs/qwen3-tiny-grpo.toml with")
+    let common: Vec<&str> = std::iter::once("configs/tests/qwen3-tiny-grpo.toml with")
         .chain(sets_of_experiment.iter().map(String::as_str))
         .collect();
     let result = ResultDoc {

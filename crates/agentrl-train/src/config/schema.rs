@@ -263,6 +263,10 @@ pub struct RolloutConfig {
     /// Task folder to use instead of the built-in tasks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tasks_dir: Option<String>,
+    /// Train on only these tasks of `split`, by id (unset: the whole split). Evaluations still
+    /// cover the whole split, so they also show what the run did not train on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_ids: Option<Vec<String>>,
     /// Show each training episode the candidates in a fresh random order
     /// (`agentrl_rollout::shuffle`), so position carries no reward and the policy must read
     /// them.

@@ -270,6 +270,20 @@ impl RolloutConfig {
                 splits.join(", ")
             ));
         }
+        if let Some(ids) = &self.task_ids {
+            if ids.is_empty() {
+                errors.push(
+                    "rollout.task_ids = [] names no task; leave it unset to train on the whole split"
+                        .into(),
+                );
+            }
+            let mut seen = std::collections::HashSet::new();
+            for id in ids {
+                if !seen.insert(id) {
+                    errors.push(format!("rollout.task_ids names {id:?} twice"));
+                }
+            }
+        }
         if let Some(dir) = &self.tasks_dir {
             if !std::path::Path::new(dir).is_dir() {
                 errors.push(format!(

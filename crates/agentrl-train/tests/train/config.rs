@@ -85,8 +85,17 @@ fn the_default_config_is_the_builtin_file_and_names_every_key() -> anyhow::Resul
 fn every_shipped_config_loads_validates_and_round_trips() -> anyhow::Result<()> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
     let mut seen = Vec::new();
-    for entry in std::fs::read_dir(&dir)? {
-        let path = entry?.path();
+    // The presets, and `configs/tests/`: the configs tests and experiments train with.
+    let mut paths = Vec::new();
+    for folder in [dir.clone(), dir.join("tests")] {
+        for entry in std::fs::read_dir(&folder)? {
+            paths.push(entry?.path());
+        }
+    }
+    assert!(paths
+        .iter()
+        .any(|p| p.ends_with("tests/qwen3-tiny-grpo.toml")));
+    for path in paths {
         if path.extension().is_none_or(|e| e != "toml") {
             // `configs/models/`: model shapes for `agentrl plan`, not run configs.
             continue;

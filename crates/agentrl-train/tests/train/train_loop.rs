@@ -761,3 +761,72 @@ fn the_engine_trainer_gap_is_recorded_when_measured_and_absent_otherwise() -> an
     }
     Ok(())
 }
+
+/// `rollout.task_ids` narrows training to the named tasks of the split (every step's tasks come
+/// from them, both are used), while evaluation still covers the whole split; an id that is not
+/// a task of the split is refused before the run directory exists, naming the id.
+#[test]
+fn rollout_task_ids_train_on_the_named_tasks_only() -> anyhow::Result<()> {
+    let tmp = tempfile::tempdir()?;
+    let tasks = tmp.path().join("tasks");
+    small_task_dir(&tasks, 4)?;
+    let order: Vec<String> = agentrl_gym::TaskSet::load(Some(&tasks))?
+        .split(Split::Train)
+        .iter()
+        .map(|t| t.id.clone())
+        .collect();
+    let named = [order[3].clone(), order[1].clone()];
+    let set = format!("rollout.task_ids={}", serde_json::to_string(&named)?);
+    let runs = tmp.path().join("runs");
+    let cfg = config(&runs, &tasks, "named", &[&set, "rollout.tasks_per_step=1"])?;
+    let (trainer, _) = Trainer::create(cfg)?;
+    // In the split's order, whatever order the config names them in.
+    assert_eq!(
+        trainer.train_task_ids(),
+        [order[1].clone(), order[3].clone()]
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    for step in 0..8 {
+        for id in trainer.tasks_for_step(step) {
+            assert!(named.contains(&id), "step {step} trains on {id}");
+            seen.insert(id);
+        }
+    }
+    assert_eq!(seen.len(), 2, "both named tasks are trained on: {seen:?}");
+    let report = trainer.evaluate(&EvalSpec {
+        split: Split::Train,
+        samples_per_task: 1,
+        k: 1,
+        seed: 3,
+        ..EvalSpec::default()
+    })?;
+    assert_eq!(
+        report.per_task.len(),
+        4,
+        "evaluation covers the whole split"
+    );
+
+    let unknown = config(
+        &runs,
+        &tasks,
+        "unknown",
+        &["rollout.task_ids=[\"no-such-task\"]"],
+    )?;
+    let err = Trainer::create(unknown)
+        .err()
+        .expect("an unknown id is refused");
+    assert!(format!("{err:#}").contains("no-such-task"), "{err:#}");
+    assert!(!runs.join("unknown").exists());
+
+    let errors = |ids: &str| {
+        config(&runs, &tasks, "bad", &[&format!("rollout.task_ids={ids}")])
+            .expect("config loads")
+            .validate()
+            .errors
+            .join("\n")
+    };
+    assert!(errors("[]").contains("rollout.task_ids"));
+    let twice = errors(&format!("[{:?}, {:?}]", order[0], order[0]));
+    assert!(twice.contains("twice"), "{twice}");
+    Ok(())
+}
