@@ -21,6 +21,8 @@
 //! * `rms_norm`: `x · rsqrt(mean(x²) + eps) · w` with gradients for `x` and `w`.
 //! * `silu_mul`: SwiGLU's `silu(gate) ⊙ up` in one pass, for Qwen3's inference forward only
 //!   (the one op here without a backward pass).
+//! * `frozen_matmul`: `x · Wᵀ` for a frozen weight, with the backward pass of `x` only (candle's
+//!   matmul also computes, and drops, the frozen weight's gradient): Qwen3's LoRA training.
 //! * [`amx_matmul`]: `x · W` for Qwen3's frozen weights in inference, on the CPU's AMX tile
 //!   unit at f32 accuracy (bf16x3), where the CPU has one; no backward pass either.
 //!
@@ -51,6 +53,7 @@ mod cached_attention;
 mod causal_attention;
 mod causal_softmax;
 mod exp;
+mod frozen_matmul;
 mod gelu;
 mod log_prob_entropy;
 mod log_softmax_gather;
@@ -59,6 +62,7 @@ mod silu_mul;
 
 pub use causal_attention::causal_attention;
 pub use causal_softmax::causal_softmax;
+pub use frozen_matmul::frozen_matmul;
 pub use gelu::gelu;
 pub use log_prob_entropy::log_prob_and_entropy;
 pub use log_softmax_gather::log_softmax_gather;

@@ -1050,7 +1050,8 @@ const AMX_MIN_ROWS: usize = 16;
 
 /// `x · Wᵀ` for a weight `W [out, in]`: on the AMX path ([`amx_matmul`]) when the weight was
 /// packed for it, `mode` is inference (no gradient is recorded) and `x: [N, in]` is an f32 CPU
-/// tensor of at least [`AMX_MIN_ROWS`] rows; candle's matmul otherwise.
+/// tensor of at least [`AMX_MIN_ROWS`] rows; otherwise candle's matmul, with the backward
+/// pass of `x` only when `W` is frozen ([`crate::fused::frozen_matmul`]).
 fn frozen_matmul(
     x: &Tensor,
     weight: &Tensor,
@@ -1070,7 +1071,7 @@ fn frozen_matmul(
             }
         }
     }
-    Ok(x.matmul(&weight.t()?)?)
+    Ok(crate::fused::frozen_matmul(x, &weight.t()?)?)
 }
 
 /// A frozen CPU f32 weight `W [out, in]` (stored as [`matmul_layout`] leaves it) packed for

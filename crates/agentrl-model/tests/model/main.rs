@@ -14,6 +14,7 @@ mod fused_causal_attention;
 mod fused_causal_softmax;
 mod fused_check;
 mod fused_exp;
+mod fused_frozen_matmul;
 mod fused_gelu;
 mod fused_log_prob_entropy;
 mod fused_log_softmax_gather;
