@@ -202,6 +202,17 @@ pub fn demonstrate<E: Env + Send>(
     )
 }
 
+/// Whether every call encodes within the codec's action cap (a call that does not encode is
+/// left to the scripted engine, which names it).
+fn fits_the_action_cap(codec: &dyn ChatCodec, calls: &[ToolCall]) -> bool {
+    let cap = codec.max_action_tokens();
+    calls.iter().all(|call| {
+        codec
+            .encode_call(call)
+            .map_or(true, |tokens| tokens.len() <= cap)
+    })
+}
+
 /// One expert demonstration: a task, its group, the trajectory's shape and its edit form.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExpertJob {
@@ -270,7 +281,13 @@ pub fn expert_episodes<E: Env + Send>(
     let plan = |i: usize, first: &Observation| -> anyhow::Result<Vec<ToolCall>> {
         let job = &jobs[i];
         let task = tasks.get(&job.task_id)?;
-        let calls = expert::plan(&task, job.variant, job.form, max_turns)?;
+        let mut calls = expert::plan(&task, job.variant, job.form, max_turns)?;
+        // A free-form edit longer than the action cap is an action the policy could never
+        // sample whole: the expert writes that demonstration's edits as candidates instead
+        // (a task's own diff can run to hundreds of tokens; its candidate edit is a few).
+        if job.form == EditForm::FreeForm && !fits_the_action_cap(codec, &calls) {
+            calls = expert::plan(&task, job.variant, EditForm::Candidate, max_turns)?;
+        }
         let shown = match first {
             Observation::Task { candidates, .. } => candidates.as_slice(),
             _ => &[],

@@ -173,3 +173,48 @@ fn a_plan_longer_than_the_episode_is_an_error_naming_the_task() {
     let text = format!("{err:#}");
     assert!(text.contains(&task) && text.contains("encoding"), "{text}");
 }
+
+/// A free-form edit longer than the action cap would be a demonstration no policy could
+/// sample whole: the expert writes that episode's edits as candidates instead, so every
+/// demonstration fits the cap and still solves its task (before, the warm-up stopped with
+/// "the expert's call edit takes 248 tokens; the action cap is 96").
+#[test]
+fn free_form_edits_past_the_action_cap_become_candidate_edits() {
+    let Some(dir) = agentrl_chat::qwen3_assets_for_tests() else {
+        return;
+    };
+    let cap = 64;
+    let options = Qwen3CodecOptions {
+        max_action_tokens: cap,
+        max_observation_tokens: 512,
+        enable_thinking: false,
+    };
+    let qwen3 = Qwen3Codec::from_dir(&dir, options).unwrap();
+    let episodes = solve_all(&qwen3, &[(Variant::Gold, EditForm::FreeForm)]);
+    let (mut free_form, mut candidate) = (0, 0);
+    for episode in &episodes {
+        for action in &episode.actions {
+            if let Action::Call(call) = action {
+                if call.name == "edit" {
+                    if call.arguments.get("candidate").is_some() {
+                        candidate += 1;
+                    } else {
+                        free_form += 1;
+                    }
+                }
+            }
+        }
+        // Every action's tokens are within the cap: the longest run of action tokens.
+        let mut run = 0;
+        for source in &episode.sources {
+            run = if *source == TokenSource::Action {
+                run + 1
+            } else {
+                0
+            };
+            assert!(run <= cap, "an action of {} tokens", run);
+        }
+    }
+    assert!(candidate > 0, "some reference diffs exceed {cap} tokens");
+    assert!(free_form > 0, "the diffs that fit stay free-form");
+}
