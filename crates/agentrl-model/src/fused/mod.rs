@@ -25,6 +25,8 @@
 //!   matmul also computes, and drops, the frozen weight's gradient): Qwen3's LoRA training.
 //! * [`amx_matmul`]: `x · W` for Qwen3's frozen weights in inference, on the CPU's AMX tile
 //!   unit at f32 accuracy (bf16x3), where the CPU has one; no backward pass either.
+//! * [`thin_matmul`]: `x · W` for the few rows of a decoding step (1–16) against Qwen3's frozen
+//!   f32 weights packed in column panels, with AVX2 + FMA; no backward pass either.
 //!
 //! Their softmaxes and GELU's sigmoid use [`exp::exp`], an inlined `exp` that lets those loops
 //! vectorise, and they run their loops compiled for AVX2 where the CPU has it (`with_simd`).
@@ -59,6 +61,7 @@ mod log_prob_entropy;
 mod log_softmax_gather;
 mod rms_norm;
 mod silu_mul;
+pub mod thin_matmul;
 
 pub use causal_attention::causal_attention;
 pub use causal_softmax::causal_softmax;

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, TensorId, Var, D};
@@ -15,6 +15,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::{KvCache, Qwen3Config};
 use crate::fused::amx_matmul::{self, PackedWeight};
+use crate::fused::thin_matmul::{self, ThinWeight};
 use crate::lora::{self, Factor, LoraConfig, LoraWeights};
 use crate::weights;
 
@@ -59,13 +60,15 @@ pub(super) struct Linear {
     bias: Option<Tensor>,
     /// The same frozen weight packed for the AMX path ([`Qwen3::pack_for_amx`]), when it applies.
     packed: Option<Arc<PackedWeight>>,
+    /// The same frozen weight packed for decoding's few-row products ([`ThinSlot`]).
+    thin: ThinSlot,
     lora: Option<LoraWeights>,
 }
 
 impl Linear {
     /// `x: [N, in]` → `[N, out]`.
     pub(super) fn forward(&self, x: &Tensor, mode: ForwardMode) -> Result<Tensor> {
-        let base = frozen_matmul(x, &self.weight, self.packed.as_deref(), mode)?;
+        let base = frozen_matmul(x, &self.weight, self.packed.as_deref(), &self.thin, mode)?;
         let base = match &self.bias {
             None => base,
             Some(bias) => base.broadcast_add(bias)?,
@@ -119,6 +122,8 @@ pub struct Qwen3 {
     lm_head: Option<Tensor>,
     /// The output projection (tied or not) packed for the AMX path, when it applies.
     head_packed: Option<Arc<PackedWeight>>,
+    /// The output projection packed for decoding's few-row products ([`ThinSlot`]).
+    head_thin: ThinSlot,
     /// RoPE inverse frequencies, `head_dim / 2` of them, computed in f32 as transformers does.
     pub(super) inv_freq: Vec<f32>,
     /// Base weights registered as variables (empty when the base is frozen).
@@ -192,6 +197,7 @@ impl Qwen3 {
                 weight: for_matmul(weight)?,
                 bias,
                 packed: None,
+                thin: ThinSlot::default(),
                 lora: None,
             })
         };
@@ -251,6 +257,7 @@ impl Qwen3 {
             norm,
             lm_head,
             head_packed: None,
+            head_thin: ThinSlot::default(),
             inv_freq,
             base_vars,
             base_source: None,
@@ -750,7 +757,13 @@ impl Qwen3 {
     /// Logits `[N, V]` of the hidden states `[N, H]` (the tied or separate LM head).
     pub(super) fn project_to_vocab(&self, hidden: &Tensor, mode: ForwardMode) -> Result<Tensor> {
         let head = self.lm_head.as_ref().unwrap_or(&self.embed_tokens);
-        frozen_matmul(hidden, head, self.head_packed.as_deref(), mode)
+        frozen_matmul(
+            hidden,
+            head,
+            self.head_packed.as_deref(),
+            &self.head_thin,
+            mode,
+        )
     }
 
     /// Differentiable logits `[N, V]` at the flat positions `positions` (u32 indices into the
@@ -1048,26 +1061,62 @@ fn matmul_layout(weight: Tensor, frozen_cpu: bool) -> Result<Tensor> {
 /// (decoding a few rows), where the matrix unit gains nothing.
 const AMX_MIN_ROWS: usize = 16;
 
-/// `x · Wᵀ` for a weight `W [out, in]`: on the AMX path ([`amx_matmul`]) when the weight was
-/// packed for it, `mode` is inference (no gradient is recorded) and `x: [N, in]` is an f32 CPU
-/// tensor of at least [`AMX_MIN_ROWS`] rows; otherwise candle's matmul, with the backward
-/// pass of `x` only when `W` is frozen ([`crate::fused::frozen_matmul`]).
+/// A frozen weight's packing for the thin path ([`thin_matmul`]): made on the first inference
+/// product of at most [`thin_matmul::MAX_ROWS`] rows (a decoding step), so a model that never
+/// decodes (the trainer's) never holds it, and then reused by every step. Clones share it, as
+/// they share the weight; a new weight (a weight sync's [`Qwen3::copy_weights_from`] builds a
+/// new model) comes with an empty slot, so a packing never outlives its weight. Holds `None`
+/// when the weight cannot be packed (a variable, which the optimizer changes in place).
+#[derive(Debug, Clone, Default)]
+pub(super) struct ThinSlot(Arc<OnceLock<Option<ThinWeight>>>);
+
+impl ThinSlot {
+    /// The packing of `weight` (`W [out, in]`, f32 on the CPU), made on the first call.
+    fn get(&self, weight: &Tensor) -> Option<&ThinWeight> {
+        self.0
+            .get_or_init(|| {
+                if weight.is_variable() {
+                    return None;
+                }
+                let (out_features, in_features) = weight.dims2().ok()?;
+                let transposed = weight.t().ok()?.contiguous().ok()?;
+                let values = transposed.flatten_all().ok()?.to_vec1::<f32>().ok()?;
+                ThinWeight::pack(&values, in_features, out_features)
+            })
+            .as_ref()
+    }
+}
+
+/// `x · Wᵀ` for a weight `W [out, in]`, when `mode` is inference (no gradient is recorded) and
+/// `x: [N, in]` is an f32 CPU tensor: on the AMX path ([`amx_matmul`]) when the weight was
+/// packed for it and `N ≥` [`AMX_MIN_ROWS`]; on the thin path ([`thin_matmul`], decoding) when
+/// `N ≤` [`thin_matmul::MAX_ROWS`] and the CPU has AVX2 and FMA; otherwise candle's matmul,
+/// with the backward pass of `x` only when `W` is frozen ([`crate::fused::frozen_matmul`]).
 fn frozen_matmul(
     x: &Tensor,
     weight: &Tensor,
     packed: Option<&PackedWeight>,
+    thin: &ThinSlot,
     mode: ForwardMode,
 ) -> Result<Tensor> {
-    if let Some(packed) = packed {
+    if mode == ForwardMode::Inference
+        && x.dtype() == DType::F32
+        && weight.dtype() == DType::F32
+        && x.device().is_cpu()
+        && weight.device().is_cpu()
+    {
         let rows = x.dim(0)?;
-        if mode == ForwardMode::Inference
-            && rows >= AMX_MIN_ROWS
-            && x.dtype() == DType::F32
-            && x.device().is_cpu()
-        {
+        if let Some(packed) = packed.filter(|_| rows >= AMX_MIN_ROWS) {
             let values = x.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
             if let Some(out) = packed.matmul(&values, rows) {
                 return Ok(Tensor::from_vec(out, (rows, packed.n()), x.device())?);
+            }
+        } else if rows <= thin_matmul::MAX_ROWS && thin_matmul::thin_available() {
+            if let Some(thin) = thin.get(weight) {
+                let values = x.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
+                if let Some(out) = thin.matmul(&values, rows) {
+                    return Ok(Tensor::from_vec(out, (rows, thin.n()), x.device())?);
+                }
             }
         }
     }

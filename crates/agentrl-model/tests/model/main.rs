@@ -25,6 +25,7 @@ mod qwen3;
 mod qwen3_checkpoint;
 mod qwen3_ragged;
 mod smollm2;
+mod thin_matmul;
 mod tiny_agent;
 mod tiny_decode;
 mod tiny_trunk;
