@@ -14,11 +14,11 @@
 //! `W[k, 16p..16p + 16]` as one 64-byte aligned line (zero past `N`), so the kernel reads a panel
 //! as one contiguous stream. It costs as much memory as the f32 weight.
 //!
-//! **Kernel.** For a panel and a tile of up to [`MAX_TILE_ROWS`] = 6 rows of `x`, the 6 × 16
+//! **Kernel.** For a panel and a tile of up to `MAX_TILE_ROWS` = 6 rows of `x`, the 6 × 16
 //! outputs live in 12 AVX2 registers; each step loads the panel's two vectors and broadcasts
 //! one `x` value per row: 12 FMAs per 8 loads, so the FMA units, not the loads, bound it. The
 //! rows are split into balanced tiles (16 rows: 6 + 5 + 5), and the `K` loop into blocks of
-//! [`K_BLOCK`] inputs: every tile runs over one block (8 KiB of the panel) before the next, so
+//! `K_BLOCK` inputs: every tile runs over one block (8 KiB of the panel) before the next, so
 //! the later tiles read it from L1, the running sums wait in a small aligned buffer between
 //! blocks, and the first tile prefetches (into L2) the lines two blocks ahead. The weights
 //! stream from memory (a model's weights do not fit in cache): measured on one core of this
@@ -199,7 +199,7 @@ impl std::fmt::Debug for ThinWeight {
     }
 }
 
-/// `m` rows as balanced `(first row, rows)` tiles of at most [`MAX_TILE_ROWS`].
+/// `m` rows as balanced `(first row, rows)` tiles of at most `MAX_TILE_ROWS`.
 fn row_tiles(m: usize) -> Vec<(usize, usize)> {
     let count = m.div_ceil(MAX_TILE_ROWS);
     let (base, extra) = (m / count, m % count);
