@@ -106,7 +106,7 @@ impl Trainer {
         let mut warnings = config.validated()?;
         let tasks = checked_tasks(&config)?;
         warnings.extend(check_memory(&config)?);
-        crate::threads::apply(config.threads())?;
+        apply_threads(&config)?;
         let run = RunDir::create(
             std::path::Path::new(&config.train.runs_root),
             config.train.run_name.as_deref(),
@@ -142,7 +142,7 @@ impl Trainer {
             .with_context(|| format!("the config of {}", config_path.display()))?;
         let tasks = checked_tasks(&config)?;
         check_memory(&config)?;
-        crate::threads::apply(config.threads())?;
+        apply_threads(&config)?;
         let mut trainer = Self::build(config, run, tasks)?;
         trainer.load_newest_checkpoint()?;
         let (step, steps) = (trainer.state.step, trainer.config.train.steps);
@@ -188,7 +188,7 @@ impl Trainer {
             .validated()
             .with_context(|| format!("the config of {}", config_path.display()))?;
         let tasks = checked_tasks(&config)?;
-        crate::threads::apply(config.threads())?;
+        apply_threads(&config)?;
         let mut trainer = Self::build(config, run, tasks)?;
         trainer.load_newest_checkpoint()?;
         Ok(trainer)
@@ -588,4 +588,13 @@ fn spread<T: Clone>(items: &[T], limit: usize) -> Vec<T> {
     (0..limit)
         .map(|i| items[i * items.len() / limit].clone())
         .collect()
+}
+
+/// The process's compute threads for this config ([`crate::threads`]): a real language
+/// model's elementwise ops share them too.
+fn apply_threads(config: &Config) -> anyhow::Result<()> {
+    if config.model.kind == crate::config::ModelKind::Qwen3 {
+        crate::threads::share_candle_pool(config.threads());
+    }
+    crate::threads::apply(config.threads())
 }

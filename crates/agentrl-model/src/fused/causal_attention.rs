@@ -3,9 +3,15 @@
 //!
 //! Data flow: TinyAgent's block, training forward: `dense(rms_norm(x), W_qkv)` → this →
 //! the output projection (as a candle op here, and on plain slices in TinyAgent's explicit
-//! trunk, which keeps the probabilities for its backward pass). One head per rayon task; each
-//! head is a few small GEMMs over blocks of query rows, so a block of queries only meets the
-//! keys up to its last row (the masked corner above the diagonal is skipped, block by block).
+//! trunk, which keeps the probabilities for its backward pass), and a real model's training
+//! forward (`qwen3::model`, keys and values repeated per query head). Each head is a few small
+//! GEMMs over blocks of query rows, so a block of queries only meets the keys up to its last
+//! row (the masked corner above the diagonal is skipped, block by block). The op runs one
+//! rayon task per (batch row, head), each holding one block of probabilities at a time: a real
+//! model's update is one long episode per micro-batch, which one task per batch row left on
+//! one thread (SmolLM2's SFT update: 30.9 → 26.2 s a step on 2 cores, the same losses to every
+//! digit). TinyAgent's trunk keeps its own split of the batch.
+//!
 //! Composed from candle ops, this part of the training step cost about 45% of it: a thousand
 //! small batched GEMMs per step, each with a thread-pool round trip; as per-row dot products it
 //! was still 39% of the step (`perf`, issue 25), bound by loads and stores, not arithmetic.
@@ -108,29 +114,45 @@ impl AttentionShape {
     /// and zeros up to the end of its row block (the rest of the row is never read).
     #[inline(always)]
     fn probabilities(&self, qkv_b: &[f32], scale: f32, h: usize, p: &mut [f32]) {
-        let (t, dh, stride) = (self.t, self.dh, 3 * self.d);
+        let t = self.t;
         for r0 in (0..t).step_by(ROW_BLOCK) {
             let r1 = (r0 + ROW_BLOCK).min(t);
-            gemm_into(
-                &mut p[r0 * t..],
-                t,
-                (r1 - r0, r1, dh),
-                Operand::rows(self.part(qkv_b, h, 0, r0), stride),
-                Operand::transposed(self.part(qkv_b, h, 1, 0), stride),
-                false,
-                false,
-            );
-            for i in r0..r1 {
-                let row = &mut p[i * t..i * t + r1];
-                let (seen, masked) = row.split_at_mut(i + 1);
-                masked.fill(0.0);
-                let max = lane_max(seen);
-                for pj in seen.iter_mut() {
-                    *pj = exp((*pj - max) * scale);
-                }
-                let inv = 1.0 / lane_sum(seen);
-                seen.iter_mut().for_each(|pj| *pj *= inv);
+            self.block_probabilities(qkv_b, scale, h, (r0, r1), &mut p[r0 * t..]);
+        }
+    }
+
+    /// The probabilities of head `h`'s query rows `r0..r1` into `p_block`, rows `T` apart:
+    /// its row `i - r0` holds `P[i, ..=i]` and zeros up to `r1` (the keys past the block's
+    /// last row are never read).
+    #[inline(always)]
+    fn block_probabilities(
+        &self,
+        qkv_b: &[f32],
+        scale: f32,
+        h: usize,
+        (r0, r1): (usize, usize),
+        p_block: &mut [f32],
+    ) {
+        let (t, dh, stride) = (self.t, self.dh, 3 * self.d);
+        gemm_into(
+            p_block,
+            t,
+            (r1 - r0, r1, dh),
+            Operand::rows(self.part(qkv_b, h, 0, r0), stride),
+            Operand::transposed(self.part(qkv_b, h, 1, 0), stride),
+            false,
+            false,
+        );
+        for i in r0..r1 {
+            let row = &mut p_block[(i - r0) * t..(i - r0) * t + r1];
+            let (seen, masked) = row.split_at_mut(i + 1);
+            masked.fill(0.0);
+            let max = lane_max(seen);
+            for pj in seen.iter_mut() {
+                *pj = exp((*pj - max) * scale);
             }
+            let inv = 1.0 / lane_sum(seen);
+            seen.iter_mut().for_each(|pj| *pj *= inv);
         }
     }
 
@@ -152,10 +174,38 @@ impl AttentionShape {
         }
     }
 
+    /// Forward pass of head `h` of one batch row into `out_h [T, Dh]`, its probabilities
+    /// computed one block of query rows at a time into `p_block [ROW_BLOCK, T]`: the same
+    /// products as [`Self::probabilities`] then [`Self::forward_head`], without a `[T, T]`
+    /// buffer.
+    #[inline(always)]
+    fn forward_head_by_blocks(
+        &self,
+        qkv_b: &[f32],
+        scale: f32,
+        h: usize,
+        p_block: &mut [f32],
+        out_h: &mut [f32],
+    ) {
+        let (t, dh, stride) = (self.t, self.dh, 3 * self.d);
+        for r0 in (0..t).step_by(ROW_BLOCK) {
+            let r1 = (r0 + ROW_BLOCK).min(t);
+            self.block_probabilities(qkv_b, scale, h, (r0, r1), p_block);
+            gemm_into(
+                &mut out_h[r0 * dh..],
+                dh,
+                (r1 - r0, dh, r1),
+                Operand::rows(p_block, t),
+                Operand::rows(self.part(qkv_b, h, 2, 0), stride),
+                false,
+                false,
+            );
+        }
+    }
+
     /// Backward pass of head `h` of one batch row into its columns of `d_qkv_b [T, 3·D]`
     /// (zeroed by the caller, since dK and dV accumulate over query blocks), given its
-    /// probabilities: per block of query rows, `dP = dO Vᵀ`,
-    /// `dS = scale · P ⊙ (dP − rowsum(P ⊙ dP))`, `dQ = dS K`, `dK += dSᵀ Q`, `dV += Pᵀ dO`.
+    /// probabilities `p [T, T]`.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn backward_head(
@@ -168,59 +218,148 @@ impl AttentionShape {
         ds: &mut [f32],
         d_qkv_b: &mut [f32],
     ) {
-        let (t, dh, d, stride) = (self.t, self.dh, self.d, 3 * self.d);
+        let (t, dh, d) = (self.t, self.dh, self.d);
+        let columns = HeadColumns {
+            row_stride: 3 * d,
+            q: h * dh,
+            k: d + h * dh,
+            v: 2 * d + h * dh,
+        };
         for r0 in (0..t).step_by(ROW_BLOCK) {
             let r1 = (r0 + ROW_BLOCK).min(t);
-            let rows = r1 - r0;
-            let d_out_rows = Operand::rows(&d_out_b[r0 * d + h * dh..], d);
-            gemm_into(
+            let p_block = &p[r0 * t..];
+            self.backward_block(
+                qkv_b,
+                d_out_b,
+                p_block,
+                scale,
+                h,
+                (r0, r1),
                 ds,
-                t,
-                (rows, r1, dh),
-                d_out_rows,
-                Operand::transposed(self.part(qkv_b, h, 2, 0), stride),
-                false,
-                false,
-            );
-            for i in r0..r1 {
-                let pr = &p[i * t..i * t + i + 1];
-                let row = &mut ds[(i - r0) * t..(i - r0) * t + r1];
-                let (seen, masked) = row.split_at_mut(i + 1);
-                masked.fill(0.0);
-                let row_dot = lane_dot(pr, seen);
-                for (dsj, &pj) in seen.iter_mut().zip(pr) {
-                    *dsj = scale * pj * (*dsj - row_dot);
-                }
-            }
-            gemm_into(
-                &mut d_qkv_b[r0 * stride + h * dh..],
-                stride,
-                (rows, dh, r1),
-                Operand::rows(ds, t),
-                Operand::rows(self.part(qkv_b, h, 1, 0), stride),
-                false,
-                false,
-            );
-            gemm_into(
-                &mut d_qkv_b[d + h * dh..],
-                stride,
-                (r1, dh, rows),
-                Operand::transposed(ds, t),
-                Operand::rows(self.part(qkv_b, h, 0, r0), stride),
-                true,
-                false,
-            );
-            gemm_into(
-                &mut d_qkv_b[2 * d + h * dh..],
-                stride,
-                (r1, dh, rows),
-                Operand::transposed(&p[r0 * t..], t),
-                d_out_rows,
-                true,
-                false,
+                d_qkv_b,
+                columns,
             );
         }
     }
+
+    /// Backward pass of head `h` of one batch row into `d_h [T, 3·Dh]` (dQ, dK, dV side by
+    /// side; zeroed by the caller), the probabilities recomputed one block of query rows at a
+    /// time into `p_block [ROW_BLOCK, T]`: the same products as [`Self::backward_head`] given
+    /// [`Self::probabilities`], without a `[T, T]` buffer.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn backward_head_by_blocks(
+        &self,
+        qkv_b: &[f32],
+        d_out_b: &[f32],
+        scale: f32,
+        h: usize,
+        p_block: &mut [f32],
+        ds: &mut [f32],
+        d_h: &mut [f32],
+    ) {
+        let (t, dh) = (self.t, self.dh);
+        let columns = HeadColumns {
+            row_stride: 3 * dh,
+            q: 0,
+            k: dh,
+            v: 2 * dh,
+        };
+        for r0 in (0..t).step_by(ROW_BLOCK) {
+            let r1 = (r0 + ROW_BLOCK).min(t);
+            self.block_probabilities(qkv_b, scale, h, (r0, r1), p_block);
+            self.backward_block(
+                qkv_b,
+                d_out_b,
+                p_block,
+                scale,
+                h,
+                (r0, r1),
+                ds,
+                d_h,
+                columns,
+            );
+        }
+    }
+
+    /// Backward pass of head `h`'s query rows `r0..r1`, given their probabilities `p_block`
+    /// (rows `T` apart, as [`Self::block_probabilities`] writes them): `dP = dO Vᵀ`,
+    /// `dS = scale · P ⊙ (dP − rowsum(P ⊙ dP))`, then `dQ = dS K` into the block's rows and
+    /// `dK += dSᵀ Q`, `dV += Pᵀ dO` into rows `0..r1`, at `columns` of `dst`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn backward_block(
+        &self,
+        qkv_b: &[f32],
+        d_out_b: &[f32],
+        p_block: &[f32],
+        scale: f32,
+        h: usize,
+        (r0, r1): (usize, usize),
+        ds: &mut [f32],
+        dst: &mut [f32],
+        columns: HeadColumns,
+    ) {
+        let (t, dh, d, stride) = (self.t, self.dh, self.d, 3 * self.d);
+        let rows = r1 - r0;
+        let d_out_rows = Operand::rows(&d_out_b[r0 * d + h * dh..], d);
+        gemm_into(
+            ds,
+            t,
+            (rows, r1, dh),
+            d_out_rows,
+            Operand::transposed(self.part(qkv_b, h, 2, 0), stride),
+            false,
+            false,
+        );
+        for i in r0..r1 {
+            let pr = &p_block[(i - r0) * t..(i - r0) * t + i + 1];
+            let row = &mut ds[(i - r0) * t..(i - r0) * t + r1];
+            let (seen, masked) = row.split_at_mut(i + 1);
+            masked.fill(0.0);
+            let row_dot = lane_dot(pr, seen);
+            for (dsj, &pj) in seen.iter_mut().zip(pr) {
+                *dsj = scale * pj * (*dsj - row_dot);
+            }
+        }
+        gemm_into(
+            &mut dst[r0 * columns.row_stride + columns.q..],
+            columns.row_stride,
+            (rows, dh, r1),
+            Operand::rows(ds, t),
+            Operand::rows(self.part(qkv_b, h, 1, 0), stride),
+            false,
+            false,
+        );
+        gemm_into(
+            &mut dst[columns.k..],
+            columns.row_stride,
+            (r1, dh, rows),
+            Operand::transposed(ds, t),
+            Operand::rows(self.part(qkv_b, h, 0, r0), stride),
+            true,
+            false,
+        );
+        gemm_into(
+            &mut dst[columns.v..],
+            columns.row_stride,
+            (r1, dh, rows),
+            Operand::transposed(p_block, t),
+            d_out_rows,
+            true,
+            false,
+        );
+    }
+}
+
+/// Where one head's dQ, dK and dV columns sit in a backward pass's destination: row `i` of
+/// dQ starts at `i · row_stride + q`.
+#[derive(Clone, Copy)]
+struct HeadColumns {
+    row_stride: usize,
+    q: usize,
+    k: usize,
+    v: usize,
 }
 
 struct CausalAttention {
@@ -345,16 +484,68 @@ pub(crate) fn attention_forward(
             .zip(probs.par_chunks_mut(heads * t * t))
             .enumerate()
             .for_each(|(b, (out_b, probs_b))| row(b, out_b, probs_b)),
-        None if !parallel => {
-            let mut probs_b = vec![0f32; heads * t * t];
-            out.chunks_mut(t * d)
-                .enumerate()
-                .for_each(|(b, out_b)| row(b, out_b, &mut probs_b));
+        None => {
+            // One task per (batch row, head), each with one block of probabilities: a batch of
+            // one long sequence (a real model's episode) still fills every thread, and nothing
+            // of `[T, T]` is allocated (a 2,500-token episode's heads would page in 225 MB).
+            let per_head = per_head_pair(sh.b, heads, parallel, |b, h| {
+                let qkv_b = &qkv[b * t * 3 * d..][..t * 3 * d];
+                let mut p_block = vec![0f32; ROW_BLOCK * t];
+                let mut out_h = vec![0f32; t * sh.dh];
+                simd_dispatch!(sh.forward_head_by_blocks(
+                    qkv_b,
+                    scale,
+                    h,
+                    &mut p_block,
+                    &mut out_h
+                ));
+                out_h
+            });
+            scatter_heads(&per_head, &sh, heads, sh.dh, out, d);
         }
-        None => out
-            .par_chunks_mut(t * d)
-            .enumerate()
-            .for_each(|(b, out_b)| row(b, out_b, &mut vec![0f32; heads * t * t])),
+    }
+}
+
+/// `task(b, h)` for every batch row `b` and head `h`, in order (`b`-major), on the current
+/// rayon pool when `parallel`.
+fn per_head_pair(
+    batch: usize,
+    heads: usize,
+    parallel: bool,
+    task: impl Fn(usize, usize) -> Vec<f32> + Sync + Send,
+) -> Vec<Vec<f32>> {
+    let pairs = 0..batch * heads;
+    if parallel {
+        pairs
+            .into_par_iter()
+            .map(|bh| task(bh / heads, bh % heads))
+            .collect()
+    } else {
+        pairs.map(|bh| task(bh / heads, bh % heads)).collect()
+    }
+}
+
+/// Copies each (batch row, head) buffer `[T, width]` of `per_head` (`b`-major) into its
+/// columns of `dst [B, T, row_stride]`: head `h`'s piece `j` (of `width / Dh`) lands at column
+/// `j · D + h · Dh`.
+fn scatter_heads(
+    per_head: &[Vec<f32>],
+    sh: &AttentionShape,
+    heads: usize,
+    width: usize,
+    dst: &mut [f32],
+    row_stride: usize,
+) {
+    let (t, d, dh) = (sh.t, sh.d, sh.dh);
+    for (bh, head) in per_head.iter().enumerate() {
+        let (b, h) = (bh / heads, bh % heads);
+        for (i, src_row) in head.chunks_exact(width).enumerate() {
+            let dst_row = &mut dst[(b * t + i) * row_stride..][..row_stride];
+            for (piece, src) in src_row.chunks_exact(dh).enumerate() {
+                let at = piece * d + h * dh;
+                dst_row[at..at + dh].copy_from_slice(src);
+            }
+        }
     }
 }
 
@@ -374,21 +565,36 @@ pub(crate) fn attention_backward(
 ) {
     let sh = AttentionShape::from_dims(dims, heads);
     let (t, d) = (sh.t, sh.d);
+    let Some(probs) = probs else {
+        // As the forward pass: one task per (batch row, head), probabilities recomputed one
+        // block of query rows at a time.
+        let per_head = per_head_pair(sh.b, heads, parallel, |b, h| {
+            let qkv_b = &qkv[b * t * 3 * d..][..t * 3 * d];
+            let d_out_b = &d_out[b * t * d..][..t * d];
+            let mut p_block = vec![0f32; ROW_BLOCK * t];
+            let mut ds = vec![0f32; ROW_BLOCK * t];
+            let mut d_h = vec![0f32; t * 3 * sh.dh];
+            simd_dispatch!(sh.backward_head_by_blocks(
+                qkv_b,
+                d_out_b,
+                scale,
+                h,
+                &mut p_block,
+                &mut ds,
+                &mut d_h
+            ));
+            d_h
+        });
+        scatter_heads(&per_head, &sh, heads, 3 * sh.dh, d_qkv, 3 * d);
+        return;
+    };
     let row = |b: usize, d_qkv_b: &mut [f32]| {
         d_qkv_b.fill(0.0);
         let qkv_b = &qkv[b * t * 3 * d..][..t * 3 * d];
         let d_out_b = &d_out[b * t * d..][..t * d];
         let mut ds = vec![0f32; ROW_BLOCK * t];
-        let mut recomputed = Vec::new();
         for h in 0..heads {
-            let p = match probs {
-                Some(probs) => &probs[(b * heads + h) * t * t..][..t * t],
-                None => {
-                    recomputed.resize(t * t, 0f32);
-                    simd_dispatch!(sh.probabilities(qkv_b, scale, h, &mut recomputed));
-                    &recomputed[..]
-                }
-            };
+            let p = &probs[(b * heads + h) * t * t..][..t * t];
             simd_dispatch!(sh.backward_head(qkv_b, d_out_b, p, scale, h, &mut ds, d_qkv_b));
         }
     };
