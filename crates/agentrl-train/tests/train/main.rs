@@ -25,6 +25,7 @@ mod run_state;
 mod schedule;
 mod session;
 mod sft;
+mod small_runs;
 mod step_record;
 mod streams;
 mod train_loop;

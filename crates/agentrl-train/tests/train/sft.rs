@@ -5,60 +5,12 @@
 
 use std::path::Path;
 
-use agentrl_gym::Split;
-use agentrl_train::config::{load_config, Config};
 use agentrl_train::demonstrations::expert_demonstrations;
 use agentrl_train::recipes::sft::{run_sft_session, write_episodes};
-use agentrl_train::session::{Progress, SessionOptions};
 use agentrl_train::trainer::Trainer;
-use agentrl_train::EvalSpec;
 
 use crate::common;
-
-/// The train split, every task, 16 episodes each at T = 1, pass@16, from the stream `seed`.
-fn train_split_16(seed: u64) -> EvalSpec {
-    EvalSpec {
-        split: Split::Train,
-        max_tasks: None,
-        samples_per_task: 16,
-        k: 16,
-        temperature: 1.0,
-        seed,
-    }
-}
-
-fn config(root: &Path, tasks: &Path, name: &str, extra: &[String]) -> anyhow::Result<Config> {
-    let mut sets: Vec<String> = vec![
-        format!("train.runs_root={:?}", root.display().to_string()),
-        format!("train.run_name={name}"),
-        format!("rollout.tasks_dir={:?}", tasks.display().to_string()),
-        "train.threads=1".into(),
-        "model.d_model=32".into(),
-        "model.layers=1".into(),
-        "model.heads=2".into(),
-        "model.max_seq=160".into(),
-        "rollout.max_turns=4".into(),
-        "rollout.tasks_per_step=2".into(),
-        "rollout.group_size=8".into(),
-        "train.checkpoint_every=0".into(),
-        "train.episodes_every=0".into(),
-    ];
-    sets.extend(extra.iter().cloned());
-    load_config(None, &sets)
-}
-
-fn quiet() -> SessionOptions {
-    SessionOptions {
-        progress: Progress::Off,
-        summary_evals: false,
-        stop: None,
-    }
-}
-
-/// Hidden solve rate on the train split, 16 samples per task.
-fn solve_rate(trainer: &Trainer) -> anyhow::Result<f64> {
-    Ok(trainer.evaluate(&train_split_16(7))?.hidden_solve_rate)
-}
+use crate::small_runs::{config, quiet, solve_rate};
 
 #[test]
 fn sft_on_expert_demonstrations_raises_the_solve_rate_and_rl_starts_from_it() -> anyhow::Result<()>

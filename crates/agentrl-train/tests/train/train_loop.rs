@@ -13,18 +13,7 @@ use agentrl_train::trainer::Trainer;
 use agentrl_train::EvalSpec;
 
 use crate::common;
-
-/// The train split, every task, 16 episodes each at T = 1, pass@16, from the stream `seed`.
-fn train_split_16(seed: u64) -> EvalSpec {
-    EvalSpec {
-        split: Split::Train,
-        max_tasks: None,
-        samples_per_task: 16,
-        k: 16,
-        temperature: 1.0,
-        seed,
-    }
-}
+use crate::small_runs::{small_model_sets, train_split_16};
 
 /// Copies `per_split` built-in tasks of each split into `dir` (a small task set).
 fn small_task_dir(dir: &Path, per_split: usize) -> anyhow::Result<()> {
@@ -32,17 +21,7 @@ fn small_task_dir(dir: &Path, per_split: usize) -> anyhow::Result<()> {
 }
 
 fn config(root: &Path, tasks: &Path, name: &str, extra: &[&str]) -> anyhow::Result<Config> {
-    let mut sets: Vec<String> = vec![
-        format!("train.runs_root={:?}", root.display().to_string()),
-        format!("train.run_name={name}"),
-        format!("rollout.tasks_dir={:?}", tasks.display().to_string()),
-        "train.threads=1".into(),
-        "model.d_model=32".into(),
-        "model.layers=1".into(),
-        "model.heads=2".into(),
-        "model.max_seq=160".into(),
-        "rollout.max_turns=4".into(),
-    ];
+    let mut sets = small_model_sets(root, tasks, name);
     sets.extend(extra.iter().map(|s| s.to_string()));
     if !sets.iter().any(|s| s.starts_with("train.seed=")) {
         sets.push("train.seed=3".into());
