@@ -1,4 +1,4 @@
-//! Fused CPU ops with hand-written backward passes, for TinyAgent's training step.
+//! Fused CPU ops with hand-written backward passes, for TinyAgent's and Qwen3's training steps.
 //!
 //! candle builds a training step from many small elementwise ops, each allocating (and often
 //! zeroing) a fresh buffer; about 30% of a step went there (shared/DESIGN.md, "candle"). The
@@ -19,12 +19,14 @@
 //!   softmax in one pass: what an update's policy loss and entropy bonus read.
 //! * `gelu`: tanh-approximated GELU.
 //! * `rms_norm`: `x · rsqrt(mean(x²) + eps) · w` with gradients for `x` and `w`.
-//! * `silu_mul`: SwiGLU's `silu(gate) ⊙ up` in one pass, for Qwen3's inference forward only
-//!   (the one op here without a backward pass).
+//! * `rope`: rotary position embedding (rotate-half) with its backward pass: Qwen3's training
+//!   forward (the inference forward's candle `rope_thd` gives the same bits, without one).
+//! * `silu_mul`: SwiGLU's `silu(gate) ⊙ up` in one pass, and its two gradients in one pass:
+//!   Qwen3's MLP, training and inference.
 //! * `frozen_matmul`: `x · Wᵀ` for a frozen weight, with the backward pass of `x` only (candle's
 //!   matmul also computes, and drops, the frozen weight's gradient): Qwen3's LoRA training.
 //! * [`amx_matmul`]: `x · W` for Qwen3's frozen weights in inference, on the CPU's AMX tile
-//!   unit at f32 accuracy (bf16x3), where the CPU has one; no backward pass either.
+//!   unit at f32 accuracy (bf16x3), where the CPU has one; no backward pass.
 //! * [`thin_matmul`]: `x · W` for the few rows of a decoding step (1–16) against Qwen3's frozen
 //!   f32 weights packed in column panels, with AVX2 + FMA; no backward pass either.
 //!
@@ -32,9 +34,9 @@
 //! vectorise, and they run their loops compiled for AVX2 where the CPU has it (`with_simd`).
 //!
 //! They run on f32 CPU tensors (TinyAgent's training setting); other devices/dtypes get an error
-//! naming the op, never a silent fallback without gradient. The exception is
-//! `log_softmax_gather`, which Qwen3 also calls: it converts to f32 itself and, off the CPU,
-//! falls back to composed candle ops that do record a backward pass.
+//! naming the op, never a silent fallback without gradient. The exceptions are the ops Qwen3
+//! calls (`log_softmax_gather`, `rope`, `silu_mul`): elsewhere (another device, an f64 model)
+//! they fall back to composed candle ops, which record their own backward pass.
 //!
 //! The attention, GELU and RMSNorm kernels also work on plain slices (`attention_forward`,
 //! `gelu_forward`, `rms_norm_forward` and their backward passes), which TinyAgent's explicit
@@ -60,6 +62,7 @@ mod gelu;
 mod log_prob_entropy;
 mod log_softmax_gather;
 mod rms_norm;
+mod rope;
 mod silu_mul;
 pub mod thin_matmul;
 
@@ -70,6 +73,7 @@ pub use gelu::gelu;
 pub use log_prob_entropy::log_prob_and_entropy;
 pub use log_softmax_gather::log_softmax_gather;
 pub use rms_norm::rms_norm;
+pub use rope::rope;
 pub use silu_mul::silu_mul;
 
 // Public for the integration tests (tests/model/fused_exp.rs).

@@ -105,6 +105,20 @@ impl PendingGradients for CheckpointedLayers {
             return Ok(());
         };
         let vars = self.model.lora_vars();
+        if is_exactly_zero(&upstream)? {
+            // Every layer's gradient is `upstream · ∂output/∂θ`, so all of them are zero: a
+            // GRPO minibatch whose advantages are all 0 (a group whose rewards are equal),
+            // with no KL or entropy term, lands here. The recomputation and backward of the
+            // layers (two thirds of the update's work) would only produce those zeros; each
+            // factor gets its zero gradient here instead, as the layers' backward pass would
+            // have given it, so the optimizer's step (its moments decay) is the same.
+            for (_, var) in &vars {
+                if grads.get(var.as_tensor()).is_none() {
+                    grads.insert(var.as_tensor(), var.as_tensor().zeros_like()?);
+                }
+            }
+            return Ok(());
+        }
         for (index, layer) in self.model.layers.iter().enumerate().rev() {
             let input = Var::from_tensor(&self.inputs[index])?;
             let output = self.model.decoder_layer(
@@ -137,4 +151,15 @@ impl PendingGradients for CheckpointedLayers {
         }
         Ok(())
     }
+}
+
+/// Whether every element of `gradient` is zero (`Σ|g| = 0`: a NaN or an infinity anywhere
+/// makes the sum non-zero, so such a gradient takes the full backward pass and its error).
+fn is_exactly_zero(gradient: &Tensor) -> Result<bool> {
+    let total = gradient
+        .abs()?
+        .sum_all()?
+        .to_dtype(candle_core::DType::F64)?
+        .to_scalar::<f64>()?;
+    Ok(total == 0.0)
 }

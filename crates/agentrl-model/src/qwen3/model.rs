@@ -871,8 +871,9 @@ impl Qwen3 {
         let gate = mlp.gate_proj.forward(&normed, mode)?;
         let up = mlp.up_proj.forward(&normed, mode)?;
         let gated = match mode {
-            ForwardMode::Train => (gate.silu()? * up)?,
-            ForwardMode::Inference => crate::fused::silu_mul(&gate, &up)?,
+            ForwardMode::Train => crate::fused::silu_mul(&gate, &up)?,
+            // The inference forward keeps no graph (its other fused ops record no backward).
+            ForwardMode::Inference => crate::fused::silu_mul(&gate, &up)?.detach(),
         };
         let down = mlp.down_proj.forward(&gated, mode)?;
         Ok((hidden + down)?)
@@ -1180,16 +1181,7 @@ pub(super) fn apply_rotary(
 ) -> Result<Tensor> {
     match mode {
         ForwardMode::Inference => Ok(candle_nn::rotary_emb::rope_thd(&x.contiguous()?, cos, sin)?),
-        ForwardMode::Train => {
-            let (_, seq, _, head_dim) = x.dims4()?;
-            let half = head_dim / 2;
-            let cos = Tensor::cat(&[cos, cos], D::Minus1)?.reshape((1, seq, 1, head_dim))?;
-            let sin = Tensor::cat(&[sin, sin], D::Minus1)?.reshape((1, seq, 1, head_dim))?;
-            let first = x.narrow(D::Minus1, 0, half)?;
-            let second = x.narrow(D::Minus1, half, half)?;
-            let rotated = Tensor::cat(&[&second.neg()?, &first], D::Minus1)?;
-            Ok((x.broadcast_mul(&cos)? + rotated.broadcast_mul(&sin)?)?)
-        }
+        ForwardMode::Train => Ok(crate::fused::rope(x, cos, sin)?),
     }
 }
 

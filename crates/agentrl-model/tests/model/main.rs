@@ -19,6 +19,7 @@ mod fused_gelu;
 mod fused_log_prob_entropy;
 mod fused_log_softmax_gather;
 mod fused_rms_norm;
+mod fused_rope;
 mod fused_silu_mul;
 mod lora;
 mod qwen3;

@@ -57,16 +57,16 @@ fn model(architecture: Architecture, trainable: bool) -> Qwen3 {
     model
 }
 
-/// A loss over the logits at `positions` that weighs every logit differently, its logits, and
-/// every LoRA factor's gradient (name, values).
-fn loss_and_grads(model: &Qwen3) -> (Vec<f32>, Vec<(String, Vec<f32>)>) {
+/// A loss over the logits at `positions` that weighs every logit differently (each weight
+/// times `scale`), its logits, and every LoRA factor's gradient (name, values).
+fn loss_and_grads(model: &Qwen3, scale: f32) -> (Vec<f32>, Vec<(String, Vec<f32>)>) {
     let ids: Vec<u32> = (0..2 * 19).map(|i| (i * 7 + 3) % VOCAB as u32).collect();
     let ids = Tensor::from_vec(ids, (2, 19), &Device::Cpu).unwrap();
     let positions = Tensor::new(&[1u32, 4, 9, 18, 20, 25, 37], &Device::Cpu).unwrap();
     let ForUpdate { output, pending } = model.forward_at_for_update(&ids, &positions).unwrap();
     let n = 7 * VOCAB;
     let weights: Vec<f32> = (0..n)
-        .map(|i| ((i * 13 % 29) as f32 - 14.0) / 29.0)
+        .map(|i| ((i * 13 % 29) as f32 - 14.0) / 29.0 * scale)
         .collect();
     let weights = Tensor::from_vec(weights, (7, VOCAB), &Device::Cpu).unwrap();
     let loss = (output.logits.tanh().unwrap() * weights)
@@ -105,9 +105,9 @@ fn checkpointed_gradients_equal_the_whole_graphs() {
         Architecture::Qwen2,
     ] {
         let mut model = model(architecture, false);
-        let (logits, grads) = loss_and_grads(&model);
+        let (logits, grads) = loss_and_grads(&model, 1.0);
         model.set_gradient_checkpointing(true).unwrap();
-        let (logits_ckpt, grads_ckpt) = loss_and_grads(&model);
+        let (logits_ckpt, grads_ckpt) = loss_and_grads(&model, 1.0);
         assert!(
             max_gap(&logits, &logits_ckpt) < 1e-6,
             "{architecture:?} logits"
@@ -124,6 +124,38 @@ fn checkpointed_gradients_equal_the_whole_graphs() {
             );
         }
         assert!(largest > 1e-3, "{architecture:?}: the gradients are all ~0");
+    }
+}
+
+/// A loss whose gradient at the logits is zero (a GRPO minibatch whose advantages are all 0)
+/// skips the layers' recomputation: every LoRA factor still gets a gradient, all zero, as the
+/// whole graph gives it; and a loss with a gradient right after it takes the full pass again.
+#[test]
+fn a_zero_gradient_at_the_top_gives_every_factor_a_zero_gradient() {
+    for architecture in [Architecture::Qwen3, Architecture::Llama] {
+        let mut model = model(architecture, false);
+        let (_, whole) = loss_and_grads(&model, 0.0);
+        model.set_gradient_checkpointing(true).unwrap();
+        let (_, ckpt) = loss_and_grads(&model, 0.0);
+        assert_eq!(whole.len(), ckpt.len());
+        assert_eq!(whole.len(), model.lora_vars().len());
+        for ((name, whole), (ckpt_name, ckpt)) in whole.iter().zip(&ckpt) {
+            assert_eq!(name, ckpt_name);
+            assert_eq!(whole.len(), ckpt.len(), "{architecture:?} {name}");
+            assert!(
+                whole.iter().chain(ckpt).all(|&g| g == 0.0),
+                "{architecture:?} {name}: a nonzero gradient from a zero loss"
+            );
+        }
+        let (_, after) = loss_and_grads(&model, 1.0);
+        let largest = after
+            .iter()
+            .flat_map(|(_, g)| g.iter().map(|x| x.abs()))
+            .fold(0.0, f32::max);
+        assert!(
+            largest > 1e-3,
+            "{architecture:?}: the next loss got no gradient"
+        );
     }
 }
 
