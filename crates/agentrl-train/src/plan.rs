@@ -74,13 +74,15 @@ pub const MAX_LIVE_EPISODES: usize = 256;
 pub const KV_CACHE_BUDGET_BYTES: f64 = 4.0 * 1024.0 * 1024.0 * 1024.0;
 
 /// How much of a row's ragged KV cache is padding and spare capacity, at most: rows share
-/// slots, so a row's slots grow with the other rows' feeds, and a full buffer doubles.
+/// slots, so a row's slots grow with the other rows' feeds until the cache compacts them (at
+/// twice the longest row's tokens, `RaggedKvCache::compact`), and a full buffer doubles.
 const RAGGED_KV_SLACK: f64 = 3.0;
 
 /// Most episodes alive at once for `config`'s model: [`MAX_LIVE_EPISODES`], or fewer when
 /// their KV caches at `model.max_seq` tokens would pass [`KV_CACHE_BUDGET_BYTES`] (SmolLM2's
 /// 30 layers: 9 at 3,072 tokens; TinyAgent and the tiny Qwen3: all 256). Measured: sixteen
-/// SmolLM2 episodes of an evaluation chunk grew past 23 GB.
+/// SmolLM2 episodes of an evaluation chunk grew past 23 GB (before the cache compacted its
+/// slots).
 pub fn live_episode_bound(config: &Config) -> usize {
     let Ok(shape) = ModelShape::of(config) else {
         return MAX_LIVE_EPISODES;

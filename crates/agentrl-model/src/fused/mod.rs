@@ -27,6 +27,9 @@
 //!   matmul also computes, and drops, the frozen weight's gradient): Qwen3's LoRA training.
 //! * [`amx_matmul`]: `x · W` for Qwen3's frozen weights in inference, on the CPU's AMX tile
 //!   unit at f32 accuracy (bf16x3), where the CPU has one; no backward pass.
+//! * `ragged_decode_attention`: one new token per sequence against a batch of ragged KV
+//!   caches (the local engine's decoding steps of a real model), each cached key and value read
+//!   once per key/value head, hidden slots skipped; no backward pass.
 //! * [`thin_matmul`]: `x · W` for the few rows of a decoding step (1–16) against Qwen3's frozen
 //!   f32 weights packed in column panels, with AVX2 + FMA; no backward pass either.
 //!
@@ -61,6 +64,7 @@ mod frozen_matmul;
 mod gelu;
 mod log_prob_entropy;
 mod log_softmax_gather;
+mod ragged_decode_attention;
 mod rms_norm;
 mod rope;
 mod silu_mul;
@@ -72,6 +76,7 @@ pub use frozen_matmul::frozen_matmul;
 pub use gelu::gelu;
 pub use log_prob_entropy::log_prob_and_entropy;
 pub use log_softmax_gather::log_softmax_gather;
+pub use ragged_decode_attention::ragged_decode_attention;
 pub use rms_norm::rms_norm;
 pub use rope::rope;
 pub use silu_mul::silu_mul;

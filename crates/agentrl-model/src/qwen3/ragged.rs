@@ -21,20 +21,29 @@
 //!   new keys and values, never the whole cache. The price is attention work on invalid slots:
 //!   the length differences within a step (a prefill of uneven prompts), and the steps a row
 //!   sits out (a finished row while others decode). [`RaggedKvCache::retain_rows`] drops slots
-//!   no kept row uses.
+//!   no kept row uses, and [`RaggedKvCache::compact`] (run by a step once the slots pass twice
+//!   the longest row) moves each row's real tokens to the front, so the slots stay near the
+//!   longest row instead of growing with every row's prompts and observations.
 //! * The logits use the same inference kernels as `ForwardMode::Inference`, so they match the
 //!   full forward pass to float rounding, and a row's logits do not depend on the other rows
 //!   (masked entries contribute exact zeros).
 
+use std::sync::Arc;
+
 use anyhow::{bail, ensure, Context, Result};
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 
 use super::model::{apply_rotary, softmax_last, Attention, DecoderLayer};
 use super::{ForwardMode, Qwen3};
+use crate::fused;
 
 /// Spare slots allocated at least when a cache grows, so a run of decoding steps does not
 /// reallocate at every step.
 const MIN_GROWTH: usize = 64;
+
+/// A cache whose slots pass this multiple of its longest row's real tokens is compacted before
+/// the next step ([`RaggedKvCache::compact`]).
+const COMPACT_FACTOR: usize = 2;
 
 /// Most attention scores (floats) one ragged step materialises at once (64 Mi floats, 256 MB in
 /// f32); longer prefills are sliced by query position (see `ragged_attention`).
@@ -185,10 +194,108 @@ impl RaggedKvCache {
     }
 }
 
+impl RaggedKvCache {
+    /// Real tokens held per row.
+    fn real_tokens(&self) -> Vec<usize> {
+        self.slot_valid
+            .iter()
+            .map(|valid| valid.iter().filter(|&&v| v).count())
+            .collect()
+    }
+
+    /// Whether the padding slots outweigh the real ones enough to pay for [`Self::compact`]:
+    /// the slots in use pass [`COMPACT_FACTOR`] times the longest row's real tokens (and
+    /// [`MIN_GROWTH`], so a short cache is never compacted).
+    fn wants_compaction(&self) -> bool {
+        let longest = self.real_tokens().into_iter().max().unwrap_or(0);
+        self.slots > COMPACT_FACTOR * longest + MIN_GROWTH
+    }
+
+    /// Moves each row's real tokens to its first slots, in order, so the slots in use shrink
+    /// to the longest row's real tokens. Every step appends the step's longest feed to every
+    /// row, so without this the slots grow with the sum of all rows' feeds (each row's prompt
+    /// and observations are padding in every other row), and so do the cache's memory and
+    /// every decoding step's attention work. A row's keys keep their rotary positions (they
+    /// are stored after RoPE) and its real slots keep their order, so what a row attends to is
+    /// unchanged; the masked slots contribute exact zeros wherever they sit.
+    pub fn compact(&mut self) -> Result<()> {
+        let real = self.real_tokens();
+        let longest = real.iter().copied().max().unwrap_or(0);
+        if longest == self.slots {
+            return Ok(());
+        }
+        if longest == 0 {
+            self.layers.clear();
+            self.slots = 0;
+            self.slot_valid.iter_mut().for_each(Vec::clear);
+            return Ok(());
+        }
+        let device = match self.layers.iter().flatten().next() {
+            Some(layer) => layer.keys.device().clone(),
+            None => Device::Cpu,
+        };
+        // Row `r`'s new slot `j` reads its `j`-th real slot; the padding after its last real
+        // slot reads slot 0 (masked).
+        let picks: Vec<Tensor> = self
+            .slot_valid
+            .iter()
+            .map(|valid| {
+                let real = valid.iter().enumerate().filter(|(_, &v)| v).map(|(s, _)| s);
+                let count = valid.iter().filter(|&&v| v).count();
+                index_tensor(real.chain(std::iter::repeat_n(0, longest - count)), &device)
+            })
+            .collect::<Result<_>>()?;
+        // Spare capacity as a growing buffer would have, so decoding does not regrow at once.
+        let capacity = 2 * longest.max(MIN_GROWTH);
+        let compacted = |buffer: &Tensor| -> Result<Tensor> {
+            let rows = picks
+                .iter()
+                .enumerate()
+                .map(|(row, pick)| buffer.narrow(0, row, 1)?.index_select(pick, 2))
+                .collect::<candle_core::Result<Vec<_>>>()?;
+            let packed = Tensor::cat(&rows, 0)?;
+            let (r, heads, _, d) = packed.dims4()?;
+            let spare = Tensor::zeros(
+                (r, heads, capacity - longest, d),
+                packed.dtype(),
+                packed.device(),
+            )?;
+            Ok(Tensor::cat(&[&packed, &spare], 2)?)
+        };
+        // Every layer first, so a failure leaves the cache as it was.
+        let layers = self
+            .layers
+            .iter()
+            .map(|layer| {
+                layer
+                    .as_ref()
+                    .map(|layer| {
+                        Ok(LayerKv {
+                            keys: compacted(&layer.keys)?,
+                            values: compacted(&layer.values)?,
+                        })
+                    })
+                    .transpose()
+            })
+            .collect::<Result<Vec<_>>>()?;
+        self.layers = layers;
+        for (valid, count) in self.slot_valid.iter_mut().zip(real) {
+            *valid = (0..longest).map(|slot| slot < count).collect();
+        }
+        self.slots = longest;
+        Ok(())
+    }
+}
+
 fn index_tensor(values: impl Iterator<Item = usize>, device: &Device) -> Result<Tensor> {
     let values: Vec<u32> = values.map(|v| v as u32).collect();
     let len = values.len();
     Ok(Tensor::from_vec(values, len, device)?)
+}
+
+/// The fused decoding attention's input besides Q, K and V.
+struct FusedDecode {
+    visible: Option<Arc<[bool]>>,
 }
 
 /// What one ragged step feeds, laid out for the kernels.
@@ -203,8 +310,13 @@ struct StepPlan {
     /// row feeds `width` tokens, so the two layouts coincide.
     gather: Option<(Tensor, Tensor)>,
     /// Additive `[rows, 1, 1, width, slots + width]`; `None` when no real query has anything
-    /// to hide (one token per row and no invalid slot in a feeding row).
+    /// to hide (one token per row and no invalid slot in a feeding row), or when the step
+    /// runs the fused decoding attention (`visible` instead).
     mask: Option<Tensor>,
+    /// A decoding step on the CPU in f32 (one token per row at most) runs
+    /// [`fused::ragged_decode_attention`]; `visible[row * (slots + 1) + slot]` is the mask's
+    /// `0` entries (`None`: nothing to hide).
+    decode: Option<FusedDecode>,
     /// Rotary cos and sin per flat token, `[N, head_dim / 2]`.
     cos: Tensor,
     sin: Tensor,
@@ -251,6 +363,9 @@ impl Qwen3 {
     /// The final hidden states `[N, H]` of the fed tokens, before the final norm; extends the
     /// cache. The cache is left as it was when this fails.
     fn ragged_hidden(&self, rows: &[&[u32]], cache: &mut RaggedKvCache) -> Result<Tensor> {
+        if cache.wants_compaction() {
+            cache.compact()?;
+        }
         let plan = self.plan_step(rows, cache)?;
         if cache.layers.is_empty() {
             cache.layers = (0..self.layers.len()).map(|_| None).collect();
@@ -329,7 +444,21 @@ impl Qwen3 {
                 .iter()
                 .zip(&cache.slot_valid)
                 .any(|(tokens, valid)| !tokens.is_empty() && valid.iter().any(|v| !v));
-        let mask = if hides_something {
+        let decode = (width == 1 && self.device.is_cpu() && self.dtype == DType::F32).then(|| {
+            FusedDecode {
+                visible: hides_something.then(|| {
+                    rows.iter()
+                        .zip(&cache.slot_valid)
+                        .flat_map(|(tokens, valid)| {
+                            // A padding query sees only its own (new) slot, as in the mask.
+                            let feeds = !tokens.is_empty();
+                            valid.iter().map(move |&v| feeds && v).chain([true])
+                        })
+                        .collect()
+                }),
+            }
+        });
+        let mask = if hides_something && decode.is_none() {
             let mut mask = vec![f32::NEG_INFINITY; n_rows * width * total];
             for (row, tokens) in rows.iter().enumerate() {
                 for j in 0..width {
@@ -375,6 +504,7 @@ impl Qwen3 {
             fed,
             gather,
             mask,
+            decode,
             cos,
             sin,
         })
@@ -460,7 +590,9 @@ impl Qwen3 {
         // scores is the same either way; small steps (every decoding step) stay one product.
         let per_position = rows * n_q * total;
         let slice = (SCORES_BUDGET / per_position.max(1)).max(1);
-        let out = if width <= slice {
+        let out = if let Some(decode) = &plan.decode {
+            fused::ragged_decode_attention(&q, &keys, &values, decode.visible.clone(), scale)?
+        } else if width <= slice {
             attend(&q, plan.mask.as_ref(), width)?
         } else {
             let q = q.reshape((rows, n_kv, group, width, head_dim))?;

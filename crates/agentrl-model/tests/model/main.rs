@@ -18,6 +18,7 @@ mod fused_frozen_matmul;
 mod fused_gelu;
 mod fused_log_prob_entropy;
 mod fused_log_softmax_gather;
+mod fused_ragged_decode_attention;
 mod fused_rms_norm;
 mod fused_rope;
 mod fused_silu_mul;

@@ -76,6 +76,17 @@ fn decode_in_steps(
     schedule: &[Vec<usize>],
 ) -> Vec<Vec<Vec<f32>>> {
     let mut cache = RaggedKvCache::new(sequences.len());
+    decode_with(model, sequences, schedule, &mut cache, |_| {})
+}
+
+/// [`decode_in_steps`] on `cache`, calling `after_step` with the cache after every step.
+fn decode_with(
+    model: &Qwen3,
+    sequences: &[Vec<u32>],
+    schedule: &[Vec<usize>],
+    cache: &mut RaggedKvCache,
+    mut after_step: impl FnMut(&RaggedKvCache),
+) -> Vec<Vec<Vec<f32>>> {
     let mut out = vec![Vec::new(); sequences.len()];
     for step in schedule {
         let feeds: Vec<&[u32]> = sequences
@@ -88,13 +99,14 @@ fn decode_in_steps(
             })
             .collect();
         let logits: Vec<Vec<f32>> = model
-            .forward_step_ragged(&feeds, &mut cache)
+            .forward_step_ragged(&feeds, cache)
             .unwrap()
             .to_dtype(DType::F32)
             .unwrap()
             .to_vec2()
             .unwrap();
         assert_eq!(logits.len(), step.iter().sum::<usize>());
+        after_step(cache);
         let mut next = logits.into_iter();
         for (row, &n) in step.iter().enumerate() {
             out[row].extend(next.by_ref().take(n));
@@ -412,5 +424,85 @@ fn a_sync_from_a_frozen_base_refreshes_the_adapters_and_keeps_the_base() {
         .zip(&full_logits(&other, &ids))
     {
         assert!(max_abs_diff(a, b) < 1e-6);
+    }
+}
+
+/// Four rows take turns feeding 30-token chunks (an observation each) while the others decode
+/// single tokens: every chunk pads every other row, so without compaction the slots would grow
+/// with the sum of all rows' chunks.
+fn turn_taking_schedule() -> (Vec<Vec<u32>>, Vec<Vec<usize>>) {
+    let rows = 4;
+    let mut schedule: Vec<Vec<usize>> = Vec::new();
+    for _round in 0..3 {
+        for feeding in 0..rows {
+            schedule.push(
+                (0..rows)
+                    .map(|row| if row == feeding { 30 } else { 1 })
+                    .collect(),
+            );
+        }
+    }
+    let sequences = (0..rows)
+        .map(|row| {
+            let len: usize = schedule.iter().map(|s| s[row]).sum();
+            sequence(len, 20 + row as u32)
+        })
+        .collect();
+    (sequences, schedule)
+}
+
+#[test]
+fn compaction_bounds_the_slots_and_keeps_every_logit() {
+    let config = Qwen3Config {
+        max_position_embeddings: 256,
+        ..config(false)
+    };
+    let model = Qwen3::random(config, 5, 0.3, &options(DType::F32, false)).unwrap();
+    let (sequences, schedule) = turn_taking_schedule();
+    let padded_slots: usize = schedule.iter().map(|s| s.iter().max().unwrap()).sum();
+    let longest = sequences.iter().map(Vec::len).max().unwrap();
+    assert!(
+        padded_slots > 2 * longest + 64,
+        "the schedule must trigger compaction"
+    );
+
+    let mut cache = RaggedKvCache::new(sequences.len());
+    let mut most_slots = 0;
+    let out = decode_with(&model, &sequences, &schedule, &mut cache, |cache| {
+        most_slots = most_slots.max(cache.slots());
+    });
+    assert!(
+        most_slots <= 2 * longest + 64 + 30,
+        "slots reached {most_slots} (every row's feeds: {padded_slots})"
+    );
+    for (row, seq) in sequences.iter().enumerate() {
+        for (pos, (a, b)) in out[row].iter().zip(&full_logits(&model, seq)).enumerate() {
+            let diff = max_abs_diff(a, b);
+            assert!(diff < 1e-4, "row {row}, position {pos}: {diff}");
+        }
+    }
+
+    // An explicit compaction leaves exactly the longest row's tokens, and decoding goes on.
+    cache.compact().unwrap();
+    assert_eq!(cache.slots(), *cache.positions().iter().max().unwrap());
+    let more: Vec<Vec<u32>> = (0..sequences.len())
+        .map(|row| {
+            let mut seq = sequences[row].clone();
+            seq.extend([1 + row as u32, 2]);
+            seq
+        })
+        .collect();
+    let feeds: Vec<&[u32]> = more.iter().map(|seq| &seq[seq.len() - 2..]).collect();
+    let logits: Vec<Vec<f32>> = model
+        .forward_step_ragged(&feeds, &mut cache)
+        .unwrap()
+        .to_vec2()
+        .unwrap();
+    for (row, seq) in more.iter().enumerate() {
+        let full = full_logits(&model, seq);
+        for j in 0..2 {
+            let diff = max_abs_diff(&logits[row * 2 + j], &full[seq.len() - 2 + j]);
+            assert!(diff < 1e-4, "after compaction, row {row}: {diff}");
+        }
     }
 }

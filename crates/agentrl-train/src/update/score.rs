@@ -23,6 +23,7 @@ pub(super) struct Scored {
     entropy: Option<Tensor>,
     /// Values `[B, T]` (0 off the loss positions), for a policy with a value head.
     pub(super) values: Option<Tensor>,
+    /// The scored positions as flat indices into `[B, T]`.
     pub(super) positions: Tensor,
     pub(super) shape: (usize, usize),
     /// The part of the backward pass the policy runs itself ([`Policy::forward_at_for_update`]);
@@ -64,7 +65,10 @@ pub(super) fn backward(
 
 /// Scores `targets` under `logits / temperature` where `mask > 0` only
 /// ([`Policy::forward_at`]): nothing off the loss positions enters a loss, so a large
-/// vocabulary is never projected there.
+/// vocabulary is never projected there, and the forward pass ends at the last loss column. A
+/// minibatch's rows are cut from a batch padded to its longest episode, and an episode ends
+/// with an observation after its last action: without the cut, a GRPO minibatch of one
+/// short episode ran the forward and backward passes over the longest one's length.
 pub(super) fn score(
     policy: &dyn Policy,
     ids: &Tensor,
@@ -73,25 +77,40 @@ pub(super) fn score(
     temperature: f64,
 ) -> anyhow::Result<Scored> {
     let (b, t) = ids.dims2()?;
-    let mut positions: Vec<u32> = mask
-        .flatten_all()?
-        .to_vec1::<f32>()?
+    let mask_values = mask.flatten_all()?.to_vec1::<f32>()?;
+    let mut columns: Vec<(usize, usize)> = mask_values
         .iter()
         .enumerate()
         .filter(|(_, &m)| m > 0.0)
-        .map(|(i, _)| i as u32)
+        .map(|(i, _)| (i / t.max(1), i % t.max(1)))
         .collect();
-    if positions.is_empty() {
+    if columns.is_empty() {
         // A batch without action tokens still runs (its losses are 0): score one position.
-        positions.push(0);
+        columns.push((0, 0));
     }
-    let n = positions.len();
-    let positions = Tensor::from_vec(positions, n, ids.device())?;
+    // The forward pass stops at the last scored column: a position depends only on those
+    // before it, so the tokens after every row's last action token (a final observation,
+    // the padding of rows shorter than the batch's longest) change no scored value.
+    let width = columns.iter().map(|&(_, col)| col + 1).max().unwrap_or(1);
+    let n = columns.len();
+    let index = |stride: usize| -> candle_core::Result<Tensor> {
+        let flat: Vec<u32> = columns
+            .iter()
+            .map(|&(row, col)| (row * stride + col) as u32)
+            .collect();
+        Tensor::from_vec(flat, n, ids.device())
+    };
+    let positions = index(t)?;
+    let (forward_ids, forward_positions) = if width < t {
+        (ids.narrow(1, 0, width)?.contiguous()?, index(width)?)
+    } else {
+        (ids.clone(), positions.clone())
+    };
     let ForUpdate {
         output: out,
         pending,
     } = policy
-        .forward_at_for_update(ids, &positions)
+        .forward_at_for_update(&forward_ids, &forward_positions)
         .context("trainer forward")?;
     let logits = if temperature == 1.0 {
         out.logits

@@ -322,3 +322,65 @@ fn minibatches_split_evenly() {
     let parts = split_even(&items, 3);
     assert_eq!(parts, vec![vec![0, 1, 2], vec![3, 4], vec![5, 6]]);
 }
+
+/// Rows `rows` of `batch` as a batch of their own.
+fn rows_of(batch: &Batch, rows: &[u32]) -> anyhow::Result<Batch> {
+    let idx = Tensor::new(rows, batch.input_ids.device())?;
+    let pick = |t: &Tensor| t.index_select(&idx, 0);
+    Ok(Batch {
+        input_ids: pick(&batch.input_ids)?,
+        targets: pick(&batch.targets)?,
+        loss_mask: pick(&batch.loss_mask)?,
+        old_logprobs: pick(&batch.old_logprobs)?,
+        turn_ids: pick(&batch.turn_ids)?,
+        rewards: rows.iter().map(|&r| batch.rewards[r as usize]).collect(),
+        group_ids: rows.iter().map(|&r| batch.group_ids[r as usize]).collect(),
+    })
+}
+
+#[test]
+fn scoring_stops_at_the_last_action_token_and_changes_no_log_prob() -> anyhow::Result<()> {
+    let device = Device::Cpu;
+    let model = TinyAgent::new(tiny(), 1, &device)?;
+    // Row 0 has an action token in the last column, so the whole batch is scored at full
+    // width; rows 3..6 end 3 to 5 columns early, so scored alone the forward pass stops there.
+    let whole_batch = batch(&device, 40)?;
+    let whole = token_log_probs_of(&model, &whole_batch)?.to_vec2::<f32>()?;
+    let short_rows = [3u32, 4, 5];
+    let short = token_log_probs_of(&model, &rows_of(&whole_batch, &short_rows)?)?;
+    assert_eq!(
+        short.dims2()?,
+        (3, 12),
+        "the log-probs keep the batch's width"
+    );
+    for (k, row) in short.to_vec2::<f32>()?.iter().enumerate() {
+        let want = &whole[short_rows[k] as usize];
+        for (t, (a, b)) in row.iter().zip(want).enumerate() {
+            assert!(
+                (a - b).abs() < 1e-6,
+                "row {}, column {t}: {a} vs {b}",
+                short_rows[k]
+            );
+        }
+    }
+
+    // Columns past the last action token are never fed: a batch wider than the model's
+    // context scores when its action tokens sit inside the context.
+    let (b, t) = (2usize, tiny().max_seq + 6);
+    let ids: Vec<u32> = (0..b * t).map(|i| (i as u32 * 3 + 1) % 40).collect();
+    let mut mask = vec![0f32; b * t];
+    mask[3..9].fill(1.0);
+    mask[t + 2..t + 12].fill(1.0);
+    let wide = Batch {
+        input_ids: Tensor::from_vec(ids.clone(), (b, t), &device)?,
+        targets: Tensor::from_vec(ids, (b, t), &device)?,
+        loss_mask: Tensor::from_vec(mask, (b, t), &device)?,
+        old_logprobs: Tensor::zeros((b, t), DType::F32, &device)?,
+        turn_ids: Tensor::zeros((b, t), DType::U32, &device)?,
+        rewards: vec![1.0, 0.0],
+        group_ids: vec![0, 0],
+    };
+    let logp = token_log_probs_of(&model, &wide)?.to_vec2::<f32>()?;
+    assert!(logp[1][11] < 0.0 && logp[1][12] == 0.0);
+    Ok(())
+}
