@@ -195,19 +195,13 @@ impl RaggedKvCache {
 }
 
 impl RaggedKvCache {
-    /// Real tokens held per row.
-    fn real_tokens(&self) -> Vec<usize> {
-        self.slot_valid
-            .iter()
-            .map(|valid| valid.iter().filter(|&&v| v).count())
-            .collect()
-    }
-
     /// Whether the padding slots outweigh the real ones enough to pay for [`Self::compact`]:
     /// the slots in use pass [`COMPACT_FACTOR`] times the longest row's real tokens (and
     /// [`MIN_GROWTH`], so a short cache is never compacted).
     fn wants_compaction(&self) -> bool {
-        let longest = self.real_tokens().into_iter().max().unwrap_or(0);
+        // Every fed token holds one valid slot of its row, so a row's real tokens are its
+        // position.
+        let longest = self.positions.iter().copied().max().unwrap_or(0);
         self.slots > COMPACT_FACTOR * longest + MIN_GROWTH
     }
 
@@ -219,8 +213,7 @@ impl RaggedKvCache {
     /// are stored after RoPE) and its real slots keep their order, so what a row attends to is
     /// unchanged; the masked slots contribute exact zeros wherever they sit.
     pub fn compact(&mut self) -> Result<()> {
-        let real = self.real_tokens();
-        let longest = real.iter().copied().max().unwrap_or(0);
+        let longest = self.positions.iter().copied().max().unwrap_or(0);
         if longest == self.slots {
             return Ok(());
         }
@@ -239,9 +232,9 @@ impl RaggedKvCache {
         let picks: Vec<Tensor> = self
             .slot_valid
             .iter()
-            .map(|valid| {
+            .zip(&self.positions)
+            .map(|(valid, &count)| {
                 let real = valid.iter().enumerate().filter(|(_, &v)| v).map(|(s, _)| s);
-                let count = valid.iter().filter(|&&v| v).count();
                 index_tensor(real.chain(std::iter::repeat_n(0, longest - count)), &device)
             })
             .collect::<Result<_>>()?;
@@ -279,7 +272,7 @@ impl RaggedKvCache {
             })
             .collect::<Result<Vec<_>>>()?;
         self.layers = layers;
-        for (valid, count) in self.slot_valid.iter_mut().zip(real) {
+        for (valid, &count) in self.slot_valid.iter_mut().zip(&self.positions) {
             *valid = (0..longest).map(|slot| slot < count).collect();
         }
         self.slots = longest;
